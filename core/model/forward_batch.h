@@ -1,0 +1,32 @@
+// Inputs and outputs of one packed forward pass over many sequences.
+//
+// Each ForwardSeq appends new tokens after the committed KV of its sequence:
+// a prompt chunk or decode token (parents empty: a chain), or a packed token
+// tree (parents[i] < i is node i's parent, -1 for the root). Tree nodes get
+// position length + depth and attend their ancestors only.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace treespec {
+
+enum class LogitsMode { kNone, kLast, kAll };
+
+struct ForwardSeq {
+  int64_t kv_seq = 0;
+  std::vector<int32_t> tokens;
+  std::vector<int32_t> parents;  // empty: chain
+  LogitsMode logits = LogitsMode::kLast;
+};
+
+struct ForwardOutput {
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  std::vector<float> logits;         // [num_rows, vocab]
+  std::vector<float> hidden;         // [num_rows, hidden] (final-norm output) if requested
+  std::vector<int32_t> row_start;    // [S + 1]: rows of sequence s are [row_start[s], row_start[s+1])
+  const float* row_logits(int64_t row) const { return logits.data() + row * vocab_size; }
+};
+
+}  // namespace treespec

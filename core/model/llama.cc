@@ -1,0 +1,261 @@
+#include "core/model/llama.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/util/status_macros.h"
+
+namespace treespec {
+namespace {
+
+absl::Status Divisible(const char* what, int64_t n, int tp) {
+  if (n % tp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor parallelism: ", what, " (", n,
+                                                   ") is not divisible by tp size ", tp));
+  }
+  return absl::OkStatus();
+}
+
+std::string L(int64_t i, const char* suffix) {
+  return absl::StrCat("model.layers.", i, ".", suffix);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const LlamaConfig& config,
+                                                               WeightLoader* loader,
+                                                               Communicator* comm) {
+  auto m = std::unique_ptr<LlamaModel>(new LlamaModel());
+  m->config_ = config;
+  m->backend_ = loader->backend();
+  m->comm_ = comm;
+  if (comm != nullptr) m->shard_ = ShardSpec{comm->rank(), comm->size()};
+  const int tp = m->shard_.size, r = m->shard_.rank;
+  const int64_t D = config.hidden_size, Dh = config.head_dim, V = config.vocab_size;
+  TS_RETURN_IF_ERROR(Divisible("num_attention_heads", config.num_heads, tp));
+  TS_RETURN_IF_ERROR(Divisible("num_key_value_heads", config.num_kv_heads, tp));
+  TS_RETURN_IF_ERROR(Divisible("intermediate_size", config.intermediate_size, tp));
+  TS_RETURN_IF_ERROR(Divisible("vocab_size", V, tp));
+  m->heads_ = config.num_heads / tp;
+  m->kv_heads_ = config.num_kv_heads / tp;
+  m->ffn_ = config.intermediate_size / tp;
+  m->vocab_shard_ = V / tp;
+  const int64_t H = config.num_heads, Hkv = config.num_kv_heads, F = config.intermediate_size;
+
+  TS_ASSIGN_OR_RETURN(m->embed_, loader->Load("model.embed_tokens.weight", {V, D}));
+  TS_ASSIGN_OR_RETURN(m->norm_, loader->LoadNorm("model.norm.weight", {D}));
+  Checkpoint* ckpt = loader->checkpoint();
+  if (config.tie_word_embeddings) {
+    if (ckpt != nullptr) ckpt->Ignore("lm_head.weight");
+    if (tp == 1) {
+      m->lm_head_ = m->embed_;
+    } else {
+      TS_ASSIGN_OR_RETURN(m->lm_head_, loader->LoadRows({{"model.embed_tokens.weight", {V, D},
+                                                          r * m->vocab_shard_,
+                                                          (r + 1) * m->vocab_shard_}}));
+    }
+  } else {
+    TS_ASSIGN_OR_RETURN(m->lm_head_, loader->LoadRows({{"lm_head.weight", {V, D},
+                                                        r * m->vocab_shard_,
+                                                        (r + 1) * m->vocab_shard_}}));
+  }
+  for (int64_t i = 0; i < config.num_layers; ++i) {
+    Layer layer;
+    if (ckpt != nullptr) ckpt->Ignore(L(i, "self_attn.rotary_emb.inv_freq"));
+    TS_ASSIGN_OR_RETURN(layer.ln1, loader->LoadNorm(L(i, "input_layernorm.weight"), {D}));
+    TS_ASSIGN_OR_RETURN(layer.ln2, loader->LoadNorm(L(i, "post_attention_layernorm.weight"), {D}));
+    const int64_t q0 = r * m->heads_ * Dh, q1 = (r + 1) * m->heads_ * Dh;
+    const int64_t k0 = r * m->kv_heads_ * Dh, k1 = (r + 1) * m->kv_heads_ * Dh;
+    TS_ASSIGN_OR_RETURN(layer.w_qkv,
+                        loader->LoadRows({{L(i, "self_attn.q_proj.weight"), {H * Dh, D}, q0, q1},
+                                          {L(i, "self_attn.k_proj.weight"), {Hkv * Dh, D}, k0, k1},
+                                          {L(i, "self_attn.v_proj.weight"), {Hkv * Dh, D}, k0, k1}}));
+    TS_ASSIGN_OR_RETURN(layer.w_o,
+                        loader->LoadCols(L(i, "self_attn.o_proj.weight"), {D, H * Dh}, q0, q1));
+    const int64_t f0 = r * m->ffn_, f1 = (r + 1) * m->ffn_;
+    TS_ASSIGN_OR_RETURN(layer.w_gate_up,
+                        loader->LoadRows({{L(i, "mlp.gate_proj.weight"), {F, D}, f0, f1},
+                                          {L(i, "mlp.up_proj.weight"), {F, D}, f0, f1}}));
+    TS_ASSIGN_OR_RETURN(layer.w_down, loader->LoadCols(L(i, "mlp.down_proj.weight"), {D, F}, f0, f1));
+    m->layers_.push_back(std::move(layer));
+  }
+  std::vector<float> inv = config.InvFreq();
+  TS_ASSIGN_OR_RETURN(m->inv_freq_, m->backend_->Alloc(DType::kF32, {Dh / 2}));
+  TS_RETURN_IF_ERROR(m->backend_->Upload(inv.data(), DType::kF32, &m->inv_freq_));
+  return m;
+}
+
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& dir,
+                                                             Backend* backend,
+                                                             Communicator* comm) {
+  TS_ASSIGN_OR_RETURN(ModelConfig mc, LoadModelConfig(dir));
+  if (mc.arch != Architecture::kLlama) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, ": architecture ", mc.architecture_name, " is not a Llama model"));
+  }
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(dir));
+  WeightLoader loader(ckpt.get(), backend);
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, Create(mc.llama, &loader, comm));
+  TS_RETURN_IF_ERROR(ckpt->CheckAllUsed());
+  return model;
+}
+
+KvCacheOptions LlamaModel::KvOptions(int64_t num_blocks, int64_t block_size) const {
+  KvCacheOptions o;
+  o.num_layers = config_.num_layers;
+  o.num_kv_heads = kv_heads_;
+  o.head_dim = config_.head_dim;
+  o.block_size = block_size;
+  o.num_blocks = num_blocks;
+  return o;
+}
+
+absl::StatusOr<Tensor> LlamaModel::Buffer(int index, Shape shape) {
+  if (static_cast<int>(buffers_.size()) <= index) buffers_.resize(index + 1);
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  Tensor& b = buffers_[index];
+  if (!b.defined() || b.numel() < n) {
+    TS_ASSIGN_OR_RETURN(b, backend_->Alloc(backend_->activation_dtype(), {std::max<int64_t>(n, 1)}));
+  }
+  return b.Prefix(std::move(shape));
+}
+
+absl::Status LlamaModel::Forward(const std::vector<ForwardSeq>& seqs, PagedKvCache* cache,
+                                 ForwardOutput* out, bool want_hidden) {
+  const int64_t D = config_.hidden_size, Dh = config_.head_dim, V = config_.vocab_size;
+  // ---- host-side batch description -------------------------------------
+  std::vector<int64_t> kv_ids;
+  std::vector<int> num_new;
+  std::vector<int32_t> tokens, positions, logit_rows;
+  out->row_start.assign(1, 0);
+  for (const ForwardSeq& s : seqs) {
+    kv_ids.push_back(s.kv_seq);
+    num_new.push_back(static_cast<int>(s.tokens.size()));
+  }
+  TS_ASSIGN_OR_RETURN(AttentionBatch batch, cache->BuildBatch(kv_ids, num_new));
+  for (size_t si = 0; si < seqs.size(); ++si) {
+    const ForwardSeq& s = seqs[si];
+    const int n = static_cast<int>(s.tokens.size());
+    const int32_t base = batch.context_lens[si];
+    const int32_t t0 = static_cast<int32_t>(tokens.size());
+    for (int i = 0; i < n; ++i) {
+      if (s.tokens[i] < 0 || s.tokens[i] >= V) {
+        return absl::InvalidArgumentError(absl::StrCat("token id ", s.tokens[i],
+                                                       " is outside the vocabulary [0, ", V, ")"));
+      }
+    }
+    tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
+    if (s.parents.empty()) {
+      for (int i = 0; i < n; ++i) positions.push_back(base + i);
+    } else {
+      if (static_cast<int>(s.parents.size()) != n) {
+        return absl::InvalidArgumentError("tree: parents and tokens differ in length");
+      }
+      // Ancestor-or-self masks: row i = row parent(i) | {i}. Parents precede
+      // children, so each row is complete when it is read.
+      const int words = (n + 63) / 64;
+      batch.mask_offset[si] = static_cast<int32_t>(batch.mask_words.size());
+      batch.mask_words.resize(batch.mask_words.size() + static_cast<size_t>(n) * words, 0);
+      uint64_t* m = batch.mask_words.data() + batch.mask_offset[si];
+      std::vector<int32_t> depth(n, 0);
+      for (int i = 0; i < n; ++i) {
+        const int p = s.parents[i];
+        if (p >= i || p < -1) {
+          return absl::InvalidArgumentError(absl::StrCat("tree: parent of node ", i, " is ", p,
+                                                         "; parents must precede children"));
+        }
+        if (p >= 0) {
+          std::memcpy(m + i * words, m + p * words, sizeof(uint64_t) * words);
+          depth[i] = depth[p] + 1;
+        }
+        m[i * words + i / 64] |= 1ull << (i % 64);
+        positions.push_back(base + depth[i]);
+      }
+    }
+    if (s.logits == LogitsMode::kLast && n > 0) logit_rows.push_back(t0 + n - 1);
+    if (s.logits == LogitsMode::kAll) {
+      for (int i = 0; i < n; ++i) logit_rows.push_back(t0 + i);
+    }
+    out->row_start.push_back(static_cast<int32_t>(logit_rows.size()));
+  }
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  out->vocab_size = V;
+  out->hidden_size = D;
+  if (T == 0) {
+    out->logits.clear();
+    out->hidden.clear();
+    return absl::OkStatus();
+  }
+
+  // ---- device pass ------------------------------------------------------
+  Backend* be = backend_;
+  TS_ASSIGN_OR_RETURN(Tensor ids, be->Alloc(DType::kI32, {T}));
+  TS_RETURN_IF_ERROR(be->Upload(tokens.data(), DType::kI32, &ids));
+  TS_ASSIGN_OR_RETURN(Tensor pos, be->Alloc(DType::kI32, {T}));
+  TS_RETURN_IF_ERROR(be->Upload(positions.data(), DType::kI32, &pos));
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<AttentionPlan> plan, be->PlanAttention(batch));
+
+  const int64_t qkv_w = (heads_ + 2 * kv_heads_) * Dh;
+  TS_ASSIGN_OR_RETURN(Tensor x, Buffer(0, {T, D}));
+  TS_ASSIGN_OR_RETURN(Tensor h, Buffer(1, {T, D}));
+  TS_ASSIGN_OR_RETURN(Tensor qkv, Buffer(2, {T, qkv_w}));
+  TS_ASSIGN_OR_RETURN(Tensor q, Buffer(3, {T, heads_, Dh}));
+  TS_ASSIGN_OR_RETURN(Tensor attn, Buffer(4, {T, heads_, Dh}));
+  TS_ASSIGN_OR_RETURN(Tensor gu, Buffer(5, {T, 2 * ffn_}));
+  TS_ASSIGN_OR_RETURN(Tensor act, Buffer(6, {T, ffn_}));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(Dh));
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const bool tp = shard_.size > 1;
+
+  TS_RETURN_IF_ERROR(be->Embedding(ids, embed_, &x));
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& w = layers_[l];
+    TS_RETURN_IF_ERROR(be->RmsNorm(x, w.ln1, eps, &h));
+    TS_RETURN_IF_ERROR(be->Linear(h, w.w_qkv, &qkv));
+    TS_RETURN_IF_ERROR(be->QkvRope(qkv, pos, inv_freq_, *plan, &q, cache->k(l), cache->v(l)));
+    TS_RETURN_IF_ERROR(be->Attention(q, *cache->k(l), *cache->v(l), *plan, scale, &attn));
+    Tensor attn2 = attn.Reshape({T, heads_ * Dh});
+    TS_RETURN_IF_ERROR(be->Linear(attn2, w.w_o, &h));
+    if (tp) TS_RETURN_IF_ERROR(comm_->AllReduceSum(&h));
+    TS_RETURN_IF_ERROR(be->Add(x, h, &x));
+    TS_RETURN_IF_ERROR(be->RmsNorm(x, w.ln2, eps, &h));
+    TS_RETURN_IF_ERROR(be->Linear(h, w.w_gate_up, &gu));
+    TS_RETURN_IF_ERROR(be->SiluMul(gu, &act));
+    TS_RETURN_IF_ERROR(be->Linear(act, w.w_down, &h));
+    if (tp) TS_RETURN_IF_ERROR(comm_->AllReduceSum(&h));
+    TS_RETURN_IF_ERROR(be->Add(x, h, &x));
+  }
+
+  const int64_t R = static_cast<int64_t>(logit_rows.size());
+  out->logits.assign(R * V, 0.0f);
+  out->hidden.clear();
+  if (R == 0) return absl::OkStatus();
+  TS_ASSIGN_OR_RETURN(Tensor xo, Buffer(7, {R, D}));
+  TS_RETURN_IF_ERROR(be->GatherRows(x, logit_rows, &xo));
+  TS_RETURN_IF_ERROR(be->RmsNorm(xo, norm_, eps, &xo));
+  TS_ASSIGN_OR_RETURN(Tensor logits, Buffer(8, {R, vocab_shard_}));
+  TS_RETURN_IF_ERROR(be->Linear(xo, lm_head_, &logits));
+  if (!tp) {
+    TS_RETURN_IF_ERROR(be->DownloadF32(logits, out->logits.data()));
+  } else {
+    TS_ASSIGN_OR_RETURN(Tensor gathered, Buffer(9, {shard_.size, R, vocab_shard_}));
+    TS_RETURN_IF_ERROR(comm_->AllGather(logits, &gathered));
+    std::vector<float> host(static_cast<size_t>(shard_.size) * R * vocab_shard_);
+    TS_RETURN_IF_ERROR(be->DownloadF32(gathered, host.data()));
+    for (int rk = 0; rk < shard_.size; ++rk) {
+      for (int64_t row = 0; row < R; ++row) {
+        std::memcpy(out->logits.data() + row * V + rk * vocab_shard_,
+                    host.data() + (rk * R + row) * vocab_shard_, sizeof(float) * vocab_shard_);
+      }
+    }
+  }
+  if (want_hidden) {
+    out->hidden.resize(R * D);
+    TS_RETURN_IF_ERROR(be->DownloadF32(xo, out->hidden.data()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace treespec

@@ -1,0 +1,69 @@
+// LlamaModel: the Llama family (LlamaForCausalLM and Mistral-style configs:
+// GQA, RoPE with rope_theta and llama3 scaling, SwiGLU, RMSNorm, tied or
+// untied embeddings) on any Backend, optionally tensor-parallel (Megatron:
+// column-parallel q/k/v and gate/up, row-parallel o/down with an all-reduce
+// after each, vocab-parallel LM head with an all-gather).
+//
+// Forward runs one packed pass over many sequences (prefill chunks, decode
+// tokens and token trees together) against a PagedKvCache.
+// Thread-compatible: one Forward at a time.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/comm/communicator.h"
+#include "core/model/config.h"
+#include "core/model/forward_batch.h"
+#include "core/model/kv_cache.h"
+#include "core/model/weight_loader.h"
+#include "core/tensor/backend.h"
+
+namespace treespec {
+
+class LlamaModel {
+ public:
+  // Loads weights through `loader` (checkpoint or random). `comm` may be null
+  // (single rank); it must outlive the model.
+  static absl::StatusOr<std::unique_ptr<LlamaModel>> Create(const LlamaConfig& config,
+                                                            WeightLoader* loader,
+                                                            Communicator* comm);
+  // Convenience: opens <dir> (config + checkpoint), loads on `backend`, and
+  // rejects tensors the model does not use.
+  static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(const std::string& dir,
+                                                          Backend* backend,
+                                                          Communicator* comm = nullptr);
+
+  const LlamaConfig& config() const { return config_; }
+  Backend* backend() const { return backend_; }
+  int tp_rank() const { return shard_.rank; }
+  int tp_size() const { return shard_.size; }
+
+  // KV cache geometry for this rank's share of the heads.
+  KvCacheOptions KvOptions(int64_t num_blocks, int64_t block_size = 16) const;
+
+  // One forward pass. KV for every new token is written at the sequence's
+  // positions [length, length + n) (reserve first); committing is the caller's.
+  absl::Status Forward(const std::vector<ForwardSeq>& seqs, PagedKvCache* cache,
+                       ForwardOutput* out, bool want_hidden = false);
+
+ private:
+  struct Layer {
+    Tensor ln1, w_qkv, w_o, ln2, w_gate_up, w_down;
+  };
+  LlamaModel() = default;
+  absl::StatusOr<Tensor> Buffer(int index, Shape shape);
+
+  LlamaConfig config_;
+  Backend* backend_ = nullptr;
+  Communicator* comm_ = nullptr;
+  ShardSpec shard_;
+  int64_t heads_ = 0, kv_heads_ = 0, ffn_ = 0, vocab_shard_ = 0;  // per rank
+  Tensor embed_, norm_, lm_head_, inv_freq_;
+  std::vector<Layer> layers_;
+  std::vector<Tensor> buffers_;  // reused activation workspace
+};
+
+}  // namespace treespec

@@ -1,0 +1,243 @@
+#include "core/model/mamba.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "core/util/status_macros.h"
+
+namespace treespec {
+namespace {
+
+std::string L(int64_t i, const char* suffix) {
+  return absl::StrCat("backbone.layers.", i, ".", suffix);
+}
+
+// Loads a small parameter as host float32 (random mode: `fallback(i)`).
+absl::StatusOr<std::vector<float>> HostF32(WeightLoader* loader, const std::string& name,
+                                           const Shape& shape, float (*fallback)(int64_t, int64_t),
+                                           int64_t inner) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<float> v(n);
+  if (loader->is_random()) {
+    for (int64_t i = 0; i < n; ++i) v[i] = fallback(i / inner, i % inner);
+    return v;
+  }
+  TS_ASSIGN_OR_RETURN(const TensorInfo* info, loader->checkpoint()->Find(name, shape));
+  ConvertToF32(info->data, info->dtype, n, v.data());
+  return v;
+}
+
+absl::StatusOr<Tensor> UploadF32(Backend* be, const std::vector<float>& v, Shape shape) {
+  TS_ASSIGN_OR_RETURN(Tensor t, be->Alloc(DType::kF32, std::move(shape)));
+  TS_RETURN_IF_ERROR(be->Upload(v.data(), DType::kF32, &t));
+  return t;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MambaModel>> MambaModel::Create(const MambaConfig& config,
+                                                               WeightLoader* loader) {
+  auto m = std::unique_ptr<MambaModel>(new MambaModel());
+  m->config_ = config;
+  Backend* be = loader->backend();
+  m->backend_ = be;
+  const int64_t V = config.vocab_size, D = config.hidden_size, C = config.intermediate_size;
+  const int64_t N = config.state_size, R = config.time_step_rank, K = config.conv_kernel;
+  TS_ASSIGN_OR_RETURN(m->embed_, loader->Load("backbone.embeddings.weight", {V, D}));
+  TS_ASSIGN_OR_RETURN(m->norm_f_, loader->LoadNorm("backbone.norm_f.weight", {D}));
+  Checkpoint* ckpt = loader->checkpoint();
+  if (config.tie_word_embeddings) {
+    if (ckpt != nullptr) ckpt->Ignore("lm_head.weight");
+    m->lm_head_ = m->embed_;
+  } else {
+    TS_ASSIGN_OR_RETURN(m->lm_head_, loader->Load("lm_head.weight", {V, D}));
+  }
+  for (int64_t i = 0; i < config.num_layers; ++i) {
+    Layer w;
+    TS_ASSIGN_OR_RETURN(w.norm, loader->LoadNorm(L(i, "norm.weight"), {D}));
+    TS_ASSIGN_OR_RETURN(w.in_proj, loader->Load(L(i, "mixer.in_proj.weight"), {2 * C, D}));
+    TS_ASSIGN_OR_RETURN(Tensor conv3, loader->Load(L(i, "mixer.conv1d.weight"), {C, 1, K}));
+    w.conv_w = conv3.Reshape({C, K});
+    if (config.use_conv_bias) {
+      TS_ASSIGN_OR_RETURN(w.conv_b, loader->Load(L(i, "mixer.conv1d.bias"), {C}));
+    } else {
+      TS_ASSIGN_OR_RETURN(w.conv_b, be->Alloc(be->activation_dtype(), {C}));
+    }
+    TS_ASSIGN_OR_RETURN(w.x_proj, loader->Load(L(i, "mixer.x_proj.weight"), {R + 2 * N, C}));
+    TS_ASSIGN_OR_RETURN(w.dt_proj_w, loader->Load(L(i, "mixer.dt_proj.weight"), {C, R}));
+    TS_ASSIGN_OR_RETURN(
+        std::vector<float> dt_bias,
+        HostF32(loader, L(i, "mixer.dt_proj.bias"), {C}, [](int64_t, int64_t) { return -4.0f; }, 1));
+    TS_ASSIGN_OR_RETURN(w.dt_bias, UploadF32(be, dt_bias, {C}));
+    TS_ASSIGN_OR_RETURN(std::vector<float> a_log,
+                        HostF32(loader, L(i, "mixer.A_log"), {C, N},
+                                [](int64_t, int64_t n) { return std::log(static_cast<float>(n + 1)); },
+                                N));
+    for (float& a : a_log) a = -std::exp(a);
+    TS_ASSIGN_OR_RETURN(w.A, UploadF32(be, a_log, {C, N}));
+    TS_ASSIGN_OR_RETURN(std::vector<float> d,
+                        HostF32(loader, L(i, "mixer.D"), {C}, [](int64_t, int64_t) { return 1.0f; }, 1));
+    TS_ASSIGN_OR_RETURN(w.D, UploadF32(be, d, {C}));
+    TS_ASSIGN_OR_RETURN(w.out_proj, loader->Load(L(i, "mixer.out_proj.weight"), {D, C}));
+    m->layers_.push_back(std::move(w));
+  }
+  return m;
+}
+
+absl::StatusOr<std::unique_ptr<MambaModel>> MambaModel::Load(const std::string& dir,
+                                                             Backend* backend) {
+  TS_ASSIGN_OR_RETURN(ModelConfig mc, LoadModelConfig(dir));
+  if (mc.arch != Architecture::kMamba) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, ": architecture ", mc.architecture_name, " is not a Mamba model"));
+  }
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(dir));
+  WeightLoader loader(ckpt.get(), backend);
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<MambaModel> model, Create(mc.mamba, &loader));
+  TS_RETURN_IF_ERROR(ckpt->CheckAllUsed());
+  return model;
+}
+
+absl::StatusOr<Tensor> MambaModel::Buffer(int index, Shape shape) {
+  if (static_cast<int>(buffers_.size()) <= index) buffers_.resize(index + 1);
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  Tensor& b = buffers_[index];
+  if (!b.defined() || b.numel() < n) {
+    TS_ASSIGN_OR_RETURN(b, backend_->Alloc(backend_->activation_dtype(), {std::max<int64_t>(n, 1)}));
+  }
+  return b.Prefix(std::move(shape));
+}
+
+absl::Status MambaModel::CheckTokens(const std::vector<int32_t>& tokens) const {
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= config_.vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", t, " is outside the vocabulary [0, ",
+                                                     config_.vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MambaModel::Head(const Tensor& x, std::vector<float>* logits) {
+  const int64_t T = x.dim(0), D = config_.hidden_size, V = config_.vocab_size;
+  TS_ASSIGN_OR_RETURN(Tensor h, Buffer(20, {T, D}));
+  TS_RETURN_IF_ERROR(backend_->RmsNorm(x, norm_f_, static_cast<float>(config_.layer_norm_epsilon), &h));
+  TS_ASSIGN_OR_RETURN(Tensor out, Buffer(21, {T, V}));
+  TS_RETURN_IF_ERROR(backend_->Linear(h, lm_head_, &out));
+  logits->resize(T * V);
+  return backend_->DownloadF32(out, logits->data());
+}
+
+absl::Status MambaModel::Prefill(const std::vector<int32_t>& tokens, int32_t slot,
+                                 MambaStatePool* pool, std::vector<float>* logits,
+                                 bool all_logits) {
+  TS_RETURN_IF_ERROR(CheckTokens(tokens));
+  if (tokens.empty()) return absl::InvalidArgumentError("mamba prefill: no tokens");
+  if (slot < 0 || slot >= pool->num_slots()) {
+    return absl::InvalidArgumentError(absl::StrCat("mamba prefill: bad slot ", slot));
+  }
+  Backend* be = backend_;
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  const int64_t D = config_.hidden_size, C = config_.intermediate_size;
+  const int64_t N = config_.state_size, R = config_.time_step_rank;
+  const float eps = static_cast<float>(config_.layer_norm_epsilon);
+  TS_ASSIGN_OR_RETURN(Tensor ids, be->Alloc(DType::kI32, {T}));
+  TS_RETURN_IF_ERROR(be->Upload(tokens.data(), DType::kI32, &ids));
+  TS_ASSIGN_OR_RETURN(Tensor x, Buffer(0, {T, D}));
+  TS_ASSIGN_OR_RETURN(Tensor h, Buffer(1, {T, D}));
+  TS_ASSIGN_OR_RETURN(Tensor xz, Buffer(2, {T, 2 * C}));
+  TS_ASSIGN_OR_RETURN(Tensor xs, Buffer(3, {T, C}));
+  TS_ASSIGN_OR_RETURN(Tensor z, Buffer(4, {T, C}));
+  TS_ASSIGN_OR_RETURN(Tensor xc, Buffer(5, {T, C}));
+  TS_ASSIGN_OR_RETURN(Tensor xdbl, Buffer(6, {T, R + 2 * N}));
+  TS_ASSIGN_OR_RETURN(Tensor dt, Buffer(7, {T, R}));
+  TS_ASSIGN_OR_RETURN(Tensor bm, Buffer(8, {T, N}));
+  TS_ASSIGN_OR_RETURN(Tensor cm, Buffer(9, {T, N}));
+  TS_ASSIGN_OR_RETURN(Tensor delta, Buffer(10, {T, C}));
+  TS_ASSIGN_OR_RETURN(Tensor y, Buffer(11, {T, C}));
+  TS_RETURN_IF_ERROR(be->Embedding(ids, embed_, &x));
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& w = layers_[l];
+    Tensor conv_state = pool->conv(l)->Rows(slot, slot + 1).Reshape({C, config_.conv_kernel});
+    Tensor ssm_state = pool->ssm(l)->Rows(slot, slot + 1).Reshape({C, N});
+    TS_RETURN_IF_ERROR(be->RmsNorm(x, w.norm, eps, &h));
+    TS_RETURN_IF_ERROR(be->Linear(h, w.in_proj, &xz));
+    TS_RETURN_IF_ERROR(be->SliceCols(xz, 0, &xs));
+    TS_RETURN_IF_ERROR(be->SliceCols(xz, C, &z));
+    TS_RETURN_IF_ERROR(be->MambaConv(xs, w.conv_w, w.conv_b, &conv_state, &xc));
+    TS_RETURN_IF_ERROR(be->Linear(xc, w.x_proj, &xdbl));
+    TS_RETURN_IF_ERROR(be->SliceCols(xdbl, 0, &dt));
+    TS_RETURN_IF_ERROR(be->SliceCols(xdbl, R, &bm));
+    TS_RETURN_IF_ERROR(be->SliceCols(xdbl, R + N, &cm));
+    TS_RETURN_IF_ERROR(be->Linear(dt, w.dt_proj_w, &delta));
+    TS_RETURN_IF_ERROR(be->MambaScan(xc, delta, w.dt_bias, w.A, bm, cm, w.D, z, &ssm_state, &y));
+    TS_RETURN_IF_ERROR(be->Linear(y, w.out_proj, &h));
+    TS_RETURN_IF_ERROR(be->Add(x, h, &x));
+  }
+  if (all_logits) return Head(x, logits);
+  TS_ASSIGN_OR_RETURN(Tensor last, Buffer(12, {1, D}));
+  TS_RETURN_IF_ERROR(be->GatherRows(x, {static_cast<int32_t>(T - 1)}, &last));
+  return Head(last, logits);
+}
+
+absl::Status MambaModel::Step(const std::vector<int32_t>& tokens,
+                              const std::vector<int32_t>& slots, MambaStatePool* pool,
+                              std::vector<float>* logits) {
+  TS_RETURN_IF_ERROR(CheckTokens(tokens));
+  if (tokens.size() != slots.size()) {
+    return absl::InvalidArgumentError("mamba step: tokens and slots differ in length");
+  }
+  for (int32_t s : slots) {
+    if (s < 0 || s >= pool->num_slots()) {
+      return absl::InvalidArgumentError(absl::StrCat("mamba step: bad slot ", s));
+    }
+  }
+  Backend* be = backend_;
+  const int64_t B = static_cast<int64_t>(tokens.size());
+  if (B == 0) {
+    logits->clear();
+    return absl::OkStatus();
+  }
+  const int64_t D = config_.hidden_size, C = config_.intermediate_size;
+  const int64_t N = config_.state_size, R = config_.time_step_rank;
+  const float eps = static_cast<float>(config_.layer_norm_epsilon);
+  TS_ASSIGN_OR_RETURN(Tensor ids, be->Alloc(DType::kI32, {B}));
+  TS_RETURN_IF_ERROR(be->Upload(tokens.data(), DType::kI32, &ids));
+  TS_ASSIGN_OR_RETURN(Tensor slot_t, be->Alloc(DType::kI32, {B}));
+  TS_RETURN_IF_ERROR(be->Upload(slots.data(), DType::kI32, &slot_t));
+  TS_ASSIGN_OR_RETURN(Tensor x, Buffer(0, {B, D}));
+  TS_ASSIGN_OR_RETURN(Tensor h, Buffer(1, {B, D}));
+  TS_ASSIGN_OR_RETURN(Tensor xz, Buffer(2, {B, 2 * C}));
+  TS_ASSIGN_OR_RETURN(Tensor xs, Buffer(3, {B, C}));
+  TS_ASSIGN_OR_RETURN(Tensor z, Buffer(4, {B, C}));
+  TS_ASSIGN_OR_RETURN(Tensor xc, Buffer(5, {B, C}));
+  TS_ASSIGN_OR_RETURN(Tensor xdbl, Buffer(6, {B, R + 2 * N}));
+  TS_ASSIGN_OR_RETURN(Tensor dt, Buffer(7, {B, R}));
+  TS_ASSIGN_OR_RETURN(Tensor bm, Buffer(8, {B, N}));
+  TS_ASSIGN_OR_RETURN(Tensor cm, Buffer(9, {B, N}));
+  TS_ASSIGN_OR_RETURN(Tensor delta, Buffer(10, {B, C}));
+  TS_ASSIGN_OR_RETURN(Tensor y, Buffer(11, {B, C}));
+  TS_RETURN_IF_ERROR(be->Embedding(ids, embed_, &x));
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& w = layers_[l];
+    TS_RETURN_IF_ERROR(be->RmsNorm(x, w.norm, eps, &h));
+    TS_RETURN_IF_ERROR(be->Linear(h, w.in_proj, &xz));
+    TS_RETURN_IF_ERROR(be->SliceCols(xz, 0, &xs));
+    TS_RETURN_IF_ERROR(be->SliceCols(xz, C, &z));
+    TS_RETURN_IF_ERROR(be->MambaConvBatch(xs, w.conv_w, w.conv_b, slot_t, pool->conv(l), &xc));
+    TS_RETURN_IF_ERROR(be->Linear(xc, w.x_proj, &xdbl));
+    TS_RETURN_IF_ERROR(be->SliceCols(xdbl, 0, &dt));
+    TS_RETURN_IF_ERROR(be->SliceCols(xdbl, R, &bm));
+    TS_RETURN_IF_ERROR(be->SliceCols(xdbl, R + N, &cm));
+    TS_RETURN_IF_ERROR(be->Linear(dt, w.dt_proj_w, &delta));
+    TS_RETURN_IF_ERROR(be->MambaScanBatch(xc, delta, w.dt_bias, w.A, bm, cm, w.D, z, slot_t,
+                                          pool->ssm(l), &y));
+    TS_RETURN_IF_ERROR(be->Linear(y, w.out_proj, &h));
+    TS_RETURN_IF_ERROR(be->Add(x, h, &x));
+  }
+  return Head(x, logits);
+}
+
+}  // namespace treespec

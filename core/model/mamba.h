@@ -1,0 +1,57 @@
+// MambaModel: Hugging Face MambaForCausalLM (Mamba-1: in_proj, depthwise causal
+// conv, selective scan, gated output, RMSNorm residual blocks) on any Backend.
+//
+// Prefill runs the selective scan over a prompt from a slot's state; Step
+// advances B slots by one token each (the batched recurrent decode used for
+// tree drafting, paper 000 Sec. 4.1). States live in a MambaStatePool.
+// Thread-compatible: one call at a time.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/model/config.h"
+#include "core/model/ssm_state.h"
+#include "core/model/weight_loader.h"
+#include "core/tensor/backend.h"
+
+namespace treespec {
+
+class MambaModel {
+ public:
+  static absl::StatusOr<std::unique_ptr<MambaModel>> Create(const MambaConfig& config,
+                                                            WeightLoader* loader);
+  static absl::StatusOr<std::unique_ptr<MambaModel>> Load(const std::string& dir,
+                                                          Backend* backend);
+
+  const MambaConfig& config() const { return config_; }
+  Backend* backend() const { return backend_; }
+
+  // Feeds `tokens` to the state in `slot`. out: logits [L, V] when all_logits,
+  // else [1, V] for the last token (host float32).
+  absl::Status Prefill(const std::vector<int32_t>& tokens, int32_t slot, MambaStatePool* pool,
+                       std::vector<float>* logits, bool all_logits = false);
+  // One token per slot: tokens[i] advances slots[i]. out: logits [B, V].
+  absl::Status Step(const std::vector<int32_t>& tokens, const std::vector<int32_t>& slots,
+                    MambaStatePool* pool, std::vector<float>* logits);
+
+ private:
+  struct Layer {
+    Tensor norm, in_proj, conv_w, conv_b, x_proj, dt_proj_w, dt_bias, A, D, out_proj;
+  };
+  MambaModel() = default;
+  absl::StatusOr<Tensor> Buffer(int index, Shape shape);
+  absl::Status CheckTokens(const std::vector<int32_t>& tokens) const;
+  // Shared tail: x [T, D] -> logits rows.
+  absl::Status Head(const Tensor& x, std::vector<float>* logits);
+
+  MambaConfig config_;
+  Backend* backend_ = nullptr;
+  Tensor embed_, norm_f_, lm_head_;
+  std::vector<Layer> layers_;
+  std::vector<Tensor> buffers_;
+};
+
+}  // namespace treespec

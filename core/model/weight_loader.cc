@@ -1,0 +1,106 @@
+#include "core/model/weight_loader.h"
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "core/util/status_macros.h"
+
+namespace treespec {
+namespace {
+
+uint64_t Mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return x;
+}
+
+uint64_t HashName(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
+absl::Status WeightLoader::FillRandom(const std::string& name, Tensor* dst) {
+  const int64_t n = dst->numel();
+  std::vector<float> host(n);
+  const uint64_t base = Mix(seed_ ^ HashName(name));
+  const int threads = static_cast<int>(std::min<int64_t>(16, 1 + n / (1 << 20)));
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      for (int64_t i = t; i < n; i += threads) {
+        uint64_t r = Mix(base + static_cast<uint64_t>(i));
+        host[i] = (static_cast<float>(r >> 40) / static_cast<float>(1ull << 24) * 2.0f - 1.0f) *
+                  scale_;
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  return backend_->Upload(host.data(), DType::kF32, dst);
+}
+
+absl::StatusOr<Tensor> WeightLoader::Load(const std::string& name, const Shape& shape) {
+  if (is_random()) {
+    TS_ASSIGN_OR_RETURN(Tensor t, backend_->Alloc(backend_->activation_dtype(), shape));
+    TS_RETURN_IF_ERROR(FillRandom(name, &t));
+    return t;
+  }
+  TS_ASSIGN_OR_RETURN(const TensorInfo* info, checkpoint_->Find(name, shape));
+  const size_t align = DTypeSize(info->dtype);
+  if (backend_->CanAliasHost(info->dtype) &&
+      reinterpret_cast<uintptr_t>(info->data) % align == 0) {
+    return Tensor::HostView(info->dtype, shape, info->data, info->mapping);
+  }
+  TS_ASSIGN_OR_RETURN(Tensor t, backend_->Alloc(backend_->activation_dtype(), shape));
+  TS_RETURN_IF_ERROR(backend_->Upload(info->data, info->dtype, &t));
+  return t;
+}
+
+absl::StatusOr<Tensor> WeightLoader::LoadNorm(const std::string& name, const Shape& shape) {
+  if (!is_random()) return Load(name, shape);
+  TS_ASSIGN_OR_RETURN(Tensor t, backend_->Alloc(backend_->activation_dtype(), shape));
+  std::vector<float> ones(t.numel(), 1.0f);
+  TS_RETURN_IF_ERROR(backend_->Upload(ones.data(), DType::kF32, &t));
+  return t;
+}
+
+absl::StatusOr<Tensor> WeightLoader::LoadRows(const std::vector<RowPart>& parts) {
+  int64_t rows = 0;
+  const int64_t K = parts.at(0).shape.size() > 1 ? parts[0].shape[1] : 1;
+  for (const RowPart& p : parts) rows += p.r1 - p.r0;
+  Shape shape = parts[0].shape.size() > 1 ? Shape{rows, K} : Shape{rows};
+  TS_ASSIGN_OR_RETURN(Tensor t, backend_->Alloc(backend_->activation_dtype(), shape));
+  int64_t at = 0;
+  for (const RowPart& p : parts) {
+    Tensor view = t.Rows(at, at + (p.r1 - p.r0));
+    if (is_random()) {
+      TS_RETURN_IF_ERROR(FillRandom(absl::StrCat(p.name, "#", p.r0), &view));
+    } else {
+      TS_ASSIGN_OR_RETURN(HostSlice s, checkpoint_->Slice(p.name, p.shape, p.r0, p.r1, 0, K));
+      TS_RETURN_IF_ERROR(backend_->Upload(s.data, s.dtype, &view));
+    }
+    at += p.r1 - p.r0;
+  }
+  return t;
+}
+
+absl::StatusOr<Tensor> WeightLoader::LoadCols(const std::string& name, const Shape& shape,
+                                              int64_t c0, int64_t c1) {
+  if (c0 == 0 && c1 == shape[1]) return Load(name, shape);
+  TS_ASSIGN_OR_RETURN(Tensor t,
+                      backend_->Alloc(backend_->activation_dtype(), {shape[0], c1 - c0}));
+  if (is_random()) {
+    TS_RETURN_IF_ERROR(FillRandom(absl::StrCat(name, "#c", c0), &t));
+    return t;
+  }
+  TS_ASSIGN_OR_RETURN(HostSlice s, checkpoint_->Slice(name, shape, 0, shape[0], c0, c1));
+  TS_RETURN_IF_ERROR(backend_->Upload(s.data, s.dtype, &t));
+  return t;
+}
+
+}  // namespace treespec

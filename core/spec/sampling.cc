@@ -1,0 +1,129 @@
+#include "core/spec/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+
+namespace treespec {
+
+absl::Status SamplingParams::Validate() const {
+  if (!(temperature >= 0.0f) || !std::isfinite(temperature) || temperature > 100.0f) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("temperature must be in [0, 100], got ", temperature));
+  }
+  if (top_k < 0) return absl::InvalidArgumentError(absl::StrCat("top_k must be >= 0, got ", top_k));
+  if (!(top_p > 0.0f && top_p <= 1.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("top_p must be in (0, 1], got ", top_p));
+  }
+  return absl::OkStatus();
+}
+
+float SparseDist::ProbOf(int32_t token) const {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] == token) return probs[i];
+  }
+  return 0.0f;
+}
+
+int32_t Argmax(const float* logits, int64_t vocab) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < vocab; ++i) {
+    if (logits[i] > logits[best]) best = i;
+  }
+  return static_cast<int32_t>(best);
+}
+
+void ProcessLogits(const float* logits, int64_t vocab, const SamplingParams& params,
+                   std::vector<float>* probs) {
+  probs->assign(vocab, 0.0f);
+  const double inv_t = 1.0 / params.temperature;
+  // Order tokens by logit (descending; ties by id) to apply top-k and top-p.
+  std::vector<int32_t> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  int64_t keep = vocab;
+  if (params.top_k > 0 && params.top_k < vocab) keep = params.top_k;
+  auto cmp = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  if (keep < vocab || params.top_p < 1.0f) {
+    std::sort(order.begin(), order.end(), cmp);
+  }
+  const double mx = logits[Argmax(logits, vocab)] * inv_t;
+  std::vector<double> e(keep);
+  double sum = 0.0;
+  for (int64_t i = 0; i < keep; ++i) {
+    e[i] = std::exp(static_cast<double>(logits[order[i]]) * inv_t - mx);
+    sum += e[i];
+  }
+  if (params.top_p < 1.0f) {
+    // Smallest prefix of the sorted tokens with cumulative probability >= top_p.
+    double cum = 0.0;
+    int64_t cut = keep;
+    for (int64_t i = 0; i < keep; ++i) {
+      cum += e[i] / sum;
+      if (cum >= params.top_p) {
+        cut = i + 1;
+        break;
+      }
+    }
+    keep = cut;
+    sum = 0.0;
+    for (int64_t i = 0; i < keep; ++i) sum += e[i];
+  }
+  for (int64_t i = 0; i < keep; ++i) (*probs)[order[i]] = static_cast<float>(e[i] / sum);
+}
+
+int32_t SampleDense(const std::vector<float>& probs, double u) {
+  double total = 0.0;
+  for (float p : probs) total += p;
+  double target = u * total, cum = 0.0;
+  int32_t last = -1;
+  for (size_t i = 0; i < probs.size(); ++i) {
+    if (probs[i] <= 0.0f) continue;
+    cum += probs[i];
+    last = static_cast<int32_t>(i);
+    if (target < cum) return last;
+  }
+  return last;
+}
+
+int32_t SampleSparse(const SparseDist& dist, double u) {
+  double total = 0.0;
+  for (float p : dist.probs) total += p;
+  double target = u * total, cum = 0.0;
+  int32_t last = -1;
+  for (size_t i = 0; i < dist.probs.size(); ++i) {
+    if (dist.probs[i] <= 0.0f) continue;
+    cum += dist.probs[i];
+    last = dist.tokens[i];
+    if (target < cum) return last;
+  }
+  return last;
+}
+
+SparseDist TopKDist(const float* logits, int64_t vocab, int k, float temperature) {
+  k = static_cast<int>(std::min<int64_t>(std::max(k, 1), vocab));
+  std::vector<int32_t> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  const double inv_t = temperature > 0.0f ? 1.0 / temperature : 1.0;
+  const double mx = logits[order[0]] * inv_t;
+  SparseDist d;
+  double sum = 0.0;
+  std::vector<double> e(k);
+  for (int i = 0; i < k; ++i) {
+    e[i] = std::exp(static_cast<double>(logits[order[i]]) * inv_t - mx);
+    sum += e[i];
+  }
+  for (int i = 0; i < k; ++i) {
+    d.tokens.push_back(order[i]);
+    d.probs.push_back(static_cast<float>(e[i] / sum));
+  }
+  return d;
+}
+
+}  // namespace treespec

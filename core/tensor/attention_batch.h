@@ -1,0 +1,50 @@
+// AttentionBatch: host-side description of which cached and new key/value
+// positions every query token of a packed forward batch may attend to.
+//
+// A batch holds S sequences. Sequence s contributes n_s new tokens (a prompt
+// chunk, one decode token, or a packed token tree) that are appended to the
+// paged KV cache after its context_lens[s] already-cached tokens. New token i
+// of sequence s sits at cache position context_lens[s] + i and may attend
+//   * every cached position p < context_lens[s], and
+//   * new token j of the same sequence iff mask(s, i, j) holds.
+// For a chain (prefill, decode) the mask is causal (j <= i). For a token tree
+// it is the ancestor-or-self relation, so a node sees exactly the tokens on its
+// root-to-node path: its logits equal those of decoding that path one token at
+// a time (SpecInfer's tree attention; paper 002 Sec. 3, paper 000 Sec. 4.1).
+//
+// Plain data; build once per forward pass and hand to Backend::PlanAttention.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace treespec {
+
+struct AttentionBatch {
+  int num_seqs = 0;
+  int block_size = 16;
+  int max_blocks_per_seq = 0;
+  std::vector<int32_t> query_start;   // [S+1] offsets of each sequence's new tokens
+  std::vector<int32_t> context_lens;  // [S] tokens cached before this batch
+  std::vector<int32_t> block_tables;  // [S * max_blocks_per_seq], -1 padded
+  // Tree masks. mask_offset[s] == -1: causal. Otherwise sequence s has
+  // words_s = ceil(n_s / 64) 64-bit words per row, row i starting at
+  // mask_words[mask_offset[s] + i * words_s]; bit j set = token i sees token j.
+  std::vector<int32_t> mask_offset;   // [S]
+  std::vector<uint64_t> mask_words;
+
+  int num_tokens() const { return query_start.empty() ? 0 : query_start.back(); }
+  int num_new(int s) const { return query_start[s + 1] - query_start[s]; }
+  // Cache slot (block * block_size + offset) of position `pos` of sequence s.
+  int32_t Slot(int s, int pos) const {
+    return block_tables[s * max_blocks_per_seq + pos / block_size] * block_size +
+           pos % block_size;
+  }
+  bool Sees(int s, int i, int j) const {
+    if (mask_offset[s] < 0) return j <= i;
+    int words = (num_new(s) + 63) / 64;
+    return (mask_words[mask_offset[s] + i * words + j / 64] >> (j % 64)) & 1u;
+  }
+};
+
+}  // namespace treespec

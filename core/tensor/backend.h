@@ -1,0 +1,131 @@
+// Backend: the one interface through which models run their math.
+//
+// Every op has a plain-loop CPU implementation (kernels/cpu) and may have a
+// CUDA one (kernels/cuda); models are written once against this interface and
+// the implementation is chosen at start-up (like LevelDB's Env or ggml's
+// backends). Tensors passed to a backend live on that backend's device and are
+// contiguous, row-major, in activation_dtype() unless an op says otherwise.
+// Index tensors are i32. All ops accumulate in fp32.
+//
+// Thread-compatibility: a Backend instance is used by one thread at a time
+// (one model's forward pass); distinct instances are independent.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/tensor/attention_batch.h"
+#include "core/tensor/tensor.h"
+
+namespace treespec {
+
+// Device-side form of an AttentionBatch (block tables, masks, slot mapping),
+// built once per forward pass and shared by every layer.
+class AttentionPlan {
+ public:
+  explicit AttentionPlan(AttentionBatch batch) : batch_(std::move(batch)) {}
+  virtual ~AttentionPlan() = default;
+  const AttentionBatch& batch() const { return batch_; }
+
+ private:
+  AttentionBatch batch_;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual DeviceKind device() const = 0;
+  virtual std::string name() const = 0;
+  // Element type of weights and activations on this backend.
+  virtual DType activation_dtype() const = 0;
+
+  // ---- memory -------------------------------------------------------------
+  // Zero-initialised device tensor.
+  virtual absl::StatusOr<Tensor> Alloc(DType dtype, Shape shape) = 0;
+  // in: src [dst->numel()] host elements of src_dtype; out: dst (converted).
+  virtual absl::Status Upload(const void* src, DType src_dtype, Tensor* dst) = 0;
+  // in: src (any float dtype or i32); out: dst [src.numel()] host float32.
+  virtual absl::Status DownloadF32(const Tensor& src, float* dst) = 0;
+  virtual absl::Status Zero(Tensor* t) = 0;
+  virtual absl::Status Synchronize() = 0;
+  // True when a host f32 buffer can be used in place as a weight (no copy).
+  virtual bool CanAliasHost(DType dtype) const { return false; }
+
+  // ---- dense ops ----------------------------------------------------------
+  // in: ids [T] i32, table [V, D]; out: out [T, D]. Ids are range-checked by callers.
+  virtual absl::Status Embedding(const Tensor& ids, const Tensor& table, Tensor* out) = 0;
+  // in: x [T, D], w [D]; out: out [T, D] = x / rms(x) * w. out may alias x.
+  virtual absl::Status RmsNorm(const Tensor& x, const Tensor& w, float eps, Tensor* out) = 0;
+  // in: x [T, K], w [N, K]; out: out [T, N] = x · wᵀ.
+  virtual absl::Status Linear(const Tensor& x, const Tensor& w, Tensor* out) = 0;
+  // in: a, b [same shape]; out: out = a + b. out may alias a or b.
+  virtual absl::Status Add(const Tensor& a, const Tensor& b, Tensor* out) = 0;
+  // in: gu [T, 2F] (gate | up); out: out [T, F] = silu(gate) * up.
+  virtual absl::Status SiluMul(const Tensor& gu, Tensor* out) = 0;
+  // in: x [T, W]; out: out [T, n] = x[:, begin : begin + n].
+  virtual absl::Status SliceCols(const Tensor& x, int64_t begin, Tensor* out) = 0;
+  // in: x [T, D], rows [n] host indices; out: out [n, D] = x[rows].
+  virtual absl::Status GatherRows(const Tensor& x, const std::vector<int32_t>& rows,
+                                  Tensor* out) = 0;
+  // inout: pool [R, ...]; copies row src[i] to row dst[i] in order i = 0, 1, ...
+  // Used for KV compaction and for copying recurrent states between slots.
+  virtual absl::Status CopyRows(Tensor* pool, const std::vector<int32_t>& src,
+                                const std::vector<int32_t>& dst) = 0;
+
+  // ---- attention over the paged KV cache -----------------------------------
+  virtual absl::StatusOr<std::unique_ptr<AttentionPlan>> PlanAttention(
+      const AttentionBatch& batch) = 0;
+  // in: qkv [T, (H + 2·Hkv)·Dh] (q | k | v per token), positions [T] i32,
+  //     inv_freq [Dh/2] f32 (RoPE, rotate-half convention);
+  // out: q [T, H, Dh] rotated; k_cache, v_cache [num_slots, Hkv, Dh] get the
+  //      rotated k and the v of token t at slot plan.batch().Slot(...).
+  virtual absl::Status QkvRope(const Tensor& qkv, const Tensor& positions,
+                               const Tensor& inv_freq, const AttentionPlan& plan,
+                               Tensor* q, Tensor* k_cache, Tensor* v_cache) = 0;
+  // in: q [T, H, Dh], k_cache, v_cache [num_slots, Hkv, Dh]; out: out [T, H, Dh].
+  // softmax(scale · q·kᵀ) · v over the positions the plan allows; GQA maps
+  // query head h to kv head h / (H / Hkv).
+  virtual absl::Status Attention(const Tensor& q, const Tensor& k_cache,
+                                 const Tensor& v_cache, const AttentionPlan& plan,
+                                 float scale, Tensor* out) = 0;
+
+  // ---- Mamba (selective state space) ---------------------------------------
+  // Depthwise causal conv + SiLU for one sequence of L tokens.
+  // in: x [L, C], w [C, K], b [C]; inout: state [C, K] (last K inputs, oldest
+  // first, as Hugging Face's conv_states); out: out [L, C].
+  virtual absl::Status MambaConv(const Tensor& x, const Tensor& w, const Tensor& b,
+                                 Tensor* state, Tensor* out) = 0;
+  // One step for B sequences whose states live in a pool.
+  // in: x [B, C], w, b, slots [B] i32; inout: states [S, C, K]; out: out [B, C].
+  virtual absl::Status MambaConvBatch(const Tensor& x, const Tensor& w, const Tensor& b,
+                                      const Tensor& slots, Tensor* states, Tensor* out) = 0;
+  // Selective scan for one sequence of L tokens (Mamba, Gu & Dao, Alg. 2):
+  //   dt = softplus(delta + dt_bias), h = exp(dt·A)·h + dt·B·u,
+  //   y = (C·h + D·u) · silu(z).
+  // in: u, delta, z [L, C], dt_bias [C], A [C, N] (= -exp(A_log)), Bm, Cm [L, N],
+  //     D [C]; inout: state [C, N]; out: y [L, C].
+  virtual absl::Status MambaScan(const Tensor& u, const Tensor& delta, const Tensor& dt_bias,
+                                 const Tensor& A, const Tensor& Bm, const Tensor& Cm,
+                                 const Tensor& D, const Tensor& z, Tensor* state, Tensor* y) = 0;
+  // One step for B sequences. in: u, delta, z [B, C], Bm, Cm [B, N], slots [B];
+  // inout: states [S, C, N]; out: y [B, C].
+  virtual absl::Status MambaScanBatch(const Tensor& u, const Tensor& delta,
+                                      const Tensor& dt_bias, const Tensor& A, const Tensor& Bm,
+                                      const Tensor& Cm, const Tensor& D, const Tensor& z,
+                                      const Tensor& slots, Tensor* states, Tensor* y) = 0;
+};
+
+// The CPU backend (float32, OpenBLAS). Always available.
+std::unique_ptr<Backend> CreateCpuBackend();
+// The CUDA backend on `device_index` with fp16 or bf16 storage. Returns
+// UNAVAILABLE when treespec was built without CUDA or no GPU is present.
+absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device_index, DType dtype);
+// "cpu", "cuda", "cuda:1", optionally with ":bf16"/":f16" (default f16 on CUDA).
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& spec);
+
+}  // namespace treespec

@@ -1,0 +1,39 @@
+// Element types and the float16 / bfloat16 <-> float32 conversions used when
+// loading checkpoints. Pure functions; thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+
+namespace treespec {
+
+enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2, kI32 = 3, kI64 = 4, kU8 = 5 };
+
+size_t DTypeSize(DType dtype);
+const char* DTypeName(DType dtype);
+
+inline float BF16ToFloat(uint16_t v) {
+  uint32_t bits = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Round to nearest even; NaN stays NaN.
+inline uint16_t FloatToBF16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+float HalfToFloat(uint16_t h);
+uint16_t FloatToHalf(float f);
+
+// Converts `n` elements of `src` (f32, f16 or bf16) into float32.
+void ConvertToF32(const void* src, DType src_dtype, size_t n, float* dst);
+
+}  // namespace treespec

@@ -1,0 +1,65 @@
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/attention_ops.h"
+
+namespace treespec::cpu {
+
+// Each (token, head) pair is independent. Keys are visited in position order
+// (cached prefix, then the visible new tokens), so a tree node computes
+// exactly the same float operations as the same token decoded on its own.
+void Attention(const float* q, const float* k_cache, const float* v_cache,
+               const AttentionBatch& batch, int H, int Hkv, int Dh, float scale,
+               float* out) {
+  const int group = H / Hkv;
+  const int T = batch.num_tokens();
+  std::vector<int> token_seq(T);
+  for (int s = 0; s < batch.num_seqs; ++s) {
+    for (int t = batch.query_start[s]; t < batch.query_start[s + 1]; ++t) token_seq[t] = s;
+  }
+#pragma omp parallel
+  {
+    std::vector<int64_t> slots;
+    std::vector<float> scores;
+#pragma omp for schedule(dynamic, 1)
+    for (int t = 0; t < T; ++t) {
+      const int s = token_seq[t];
+      const int i = t - batch.query_start[s];
+      const int ctx = batch.context_lens[s];
+      slots.clear();
+      for (int p = 0; p < ctx; ++p) slots.push_back(batch.Slot(s, p));
+      for (int j = 0; j < batch.num_new(s); ++j) {
+        if (batch.Sees(s, i, j)) slots.push_back(batch.Slot(s, ctx + j));
+      }
+      scores.resize(slots.size());
+      for (int h = 0; h < H; ++h) {
+        const int g = h / group;
+        const float* qh = q + (static_cast<int64_t>(t) * H + h) * Dh;
+        float mx = -INFINITY;
+        for (size_t k = 0; k < slots.size(); ++k) {
+          const float* kh = k_cache + (slots[k] * Hkv + g) * Dh;
+          float dot = 0.0f;
+          for (int d = 0; d < Dh; ++d) dot += qh[d] * kh[d];
+          scores[k] = dot * scale;
+          mx = std::max(mx, scores[k]);
+        }
+        float sum = 0.0f;
+        for (size_t k = 0; k < slots.size(); ++k) {
+          scores[k] = std::exp(scores[k] - mx);
+          sum += scores[k];
+        }
+        float inv = 1.0f / sum;
+        float* oh = out + (static_cast<int64_t>(t) * H + h) * Dh;
+        for (int d = 0; d < Dh; ++d) oh[d] = 0.0f;
+        for (size_t k = 0; k < slots.size(); ++k) {
+          const float* vh = v_cache + (slots[k] * Hkv + g) * Dh;
+          float w = scores[k] * inv;
+          for (int d = 0; d < Dh; ++d) oh[d] += w * vh[d];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace treespec::cpu

@@ -1,0 +1,22 @@
+// Plain-loop float32 kernels for rotary embedding + KV-cache writes and for
+// attention over the paged KV cache with tree (ancestor) masks.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor/attention_batch.h"
+
+namespace treespec::cpu {
+
+// in: qkv [T, (H + 2·Hkv)·Dh], positions [T], inv_freq [Dh/2];
+// out: q [T, H, Dh]; k_cache, v_cache [num_slots, Hkv, Dh] at each token's slot.
+void QkvRope(const float* qkv, const int32_t* positions, const float* inv_freq,
+             const treespec::AttentionBatch& batch, int H, int Hkv, int Dh, float* q,
+             float* k_cache, float* v_cache);
+
+// in: q [T, H, Dh], k_cache, v_cache [num_slots, Hkv, Dh]; out: out [T, H, Dh].
+void Attention(const float* q, const float* k_cache, const float* v_cache,
+               const treespec::AttentionBatch& batch, int H, int Hkv, int Dh, float scale,
+               float* out);
+
+}  // namespace treespec::cpu

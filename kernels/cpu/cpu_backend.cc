@@ -1,0 +1,232 @@
+// The CPU backend: float32 everywhere, OpenBLAS for matrix products, plain
+// loops (kernels/cpu) for the rest. Always built; the reference every other
+// backend is tested against.
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/tensor/backend.h"
+#include "core/util/status_macros.h"
+#include "kernels/cpu/attention_ops.h"
+#include "kernels/cpu/dense_ops.h"
+#include "kernels/cpu/mamba_ops.h"
+
+namespace treespec {
+namespace {
+
+absl::Status CheckF32(const Tensor& t, const char* what) {
+  if (t.device() != DeviceKind::kCpu || t.dtype() != DType::kF32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cpu backend: ", what, " must be f32 on cpu, got ", t.DebugString()));
+  }
+  return absl::OkStatus();
+}
+
+int64_t RowSize(const Tensor& t) {
+  int64_t n = 1;
+  for (int i = 1; i < t.rank(); ++i) n *= t.dim(i);
+  return n;
+}
+
+class CpuBackend final : public Backend {
+ public:
+  DeviceKind device() const override { return DeviceKind::kCpu; }
+  std::string name() const override { return "cpu"; }
+  DType activation_dtype() const override { return DType::kF32; }
+  bool CanAliasHost(DType dtype) const override { return dtype == DType::kF32; }
+
+  absl::StatusOr<Tensor> Alloc(DType dtype, Shape shape) override {
+    return Tensor::Host(dtype, std::move(shape));
+  }
+
+  absl::Status Upload(const void* src, DType src_dtype, Tensor* dst) override {
+    size_t n = static_cast<size_t>(dst->numel());
+    if (dst->dtype() == DType::kF32) {
+      if (src_dtype != DType::kF32 && src_dtype != DType::kF16 && src_dtype != DType::kBF16) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("cpu backend: cannot convert ", DTypeName(src_dtype), " to f32"));
+      }
+      ConvertToF32(src, src_dtype, n, dst->data<float>());
+      return absl::OkStatus();
+    }
+    if (dst->dtype() != src_dtype) {
+      return absl::InvalidArgumentError(absl::StrCat("cpu backend: cannot convert ",
+                                                     DTypeName(src_dtype), " to ",
+                                                     DTypeName(dst->dtype())));
+    }
+    std::memcpy(dst->raw(), src, dst->nbytes());
+    return absl::OkStatus();
+  }
+
+  absl::Status DownloadF32(const Tensor& src, float* dst) override {
+    if (src.dtype() == DType::kI32) {
+      const int32_t* s = src.data<int32_t>();
+      for (int64_t i = 0; i < src.numel(); ++i) dst[i] = static_cast<float>(s[i]);
+      return absl::OkStatus();
+    }
+    ConvertToF32(src.raw(), src.dtype(), static_cast<size_t>(src.numel()), dst);
+    return absl::OkStatus();
+  }
+
+  absl::Status Zero(Tensor* t) override {
+    std::memset(t->raw(), 0, t->nbytes());
+    return absl::OkStatus();
+  }
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+  absl::Status Embedding(const Tensor& ids, const Tensor& table, Tensor* out) override {
+    TS_RETURN_IF_ERROR(CheckF32(table, "embedding table"));
+    cpu::Embedding(ids.data<int32_t>(), static_cast<int>(ids.numel()), table.data<float>(),
+                   static_cast<int>(table.dim(1)), out->data<float>());
+    return absl::OkStatus();
+  }
+
+  absl::Status RmsNorm(const Tensor& x, const Tensor& w, float eps, Tensor* out) override {
+    TS_RETURN_IF_ERROR(CheckF32(x, "rmsnorm input"));
+    int D = static_cast<int>(w.numel());
+    cpu::RmsNorm(x.data<float>(), w.data<float>(), static_cast<int>(x.numel() / D), D, eps,
+                 out->data<float>());
+    return absl::OkStatus();
+  }
+
+  absl::Status Linear(const Tensor& x, const Tensor& w, Tensor* out) override {
+    TS_RETURN_IF_ERROR(CheckF32(x, "linear input"));
+    TS_RETURN_IF_ERROR(CheckF32(w, "linear weight"));
+    const int K = static_cast<int>(w.dim(1));
+    const int N = static_cast<int>(w.dim(0));
+    if (RowSize(x) != K || RowSize(*out) != N || out->dim(0) != x.dim(0)) {
+      return absl::InvalidArgumentError(absl::StrCat("cpu backend: linear shapes x ",
+                                                     x.DebugString(), " w ", w.DebugString(),
+                                                     " out ", out->DebugString()));
+    }
+    cpu::Linear(x.data<float>(), w.data<float>(), static_cast<int>(x.dim(0)), K, N,
+                out->data<float>());
+    return absl::OkStatus();
+  }
+
+  absl::Status Add(const Tensor& a, const Tensor& b, Tensor* out) override {
+    cpu::Add(a.data<float>(), b.data<float>(), a.numel(), out->data<float>());
+    return absl::OkStatus();
+  }
+
+  absl::Status SiluMul(const Tensor& gu, Tensor* out) override {
+    cpu::SiluMul(gu.data<float>(), static_cast<int>(gu.dim(0)), static_cast<int>(gu.dim(1) / 2),
+                 out->data<float>());
+    return absl::OkStatus();
+  }
+
+  absl::Status SliceCols(const Tensor& x, int64_t begin, Tensor* out) override {
+    const int64_t W = x.dim(1), n = out->dim(1);
+    if (begin < 0 || begin + n > W) {
+      return absl::InvalidArgumentError("cpu backend: SliceCols out of range");
+    }
+    for (int64_t t = 0; t < x.dim(0); ++t) {
+      std::memcpy(out->data<float>() + t * n, x.data<float>() + t * W + begin,
+                  sizeof(float) * n);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status GatherRows(const Tensor& x, const std::vector<int32_t>& rows,
+                          Tensor* out) override {
+    const int64_t row = RowSize(x);
+    const size_t bytes = row * DTypeSize(x.dtype());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (rows[i] < 0 || rows[i] >= x.dim(0)) {
+        return absl::InvalidArgumentError(absl::StrCat("GatherRows: row ", rows[i]));
+      }
+      std::memcpy(static_cast<char*>(out->raw()) + i * bytes,
+                  static_cast<const char*>(x.raw()) + rows[i] * bytes, bytes);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CopyRows(Tensor* pool, const std::vector<int32_t>& src,
+                        const std::vector<int32_t>& dst) override {
+    const size_t bytes = RowSize(*pool) * DTypeSize(pool->dtype());
+    char* base = static_cast<char*>(pool->raw());
+    for (size_t i = 0; i < src.size(); ++i) {
+      if (src[i] == dst[i]) continue;
+      std::memmove(base + dst[i] * bytes, base + src[i] * bytes, bytes);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::unique_ptr<AttentionPlan>> PlanAttention(
+      const AttentionBatch& batch) override {
+    return std::make_unique<AttentionPlan>(batch);
+  }
+
+  absl::Status QkvRope(const Tensor& qkv, const Tensor& positions, const Tensor& inv_freq,
+                       const AttentionPlan& plan, Tensor* q, Tensor* k_cache,
+                       Tensor* v_cache) override {
+    const int H = static_cast<int>(q->dim(1)), Dh = static_cast<int>(q->dim(2));
+    const int Hkv = static_cast<int>(k_cache->dim(1));
+    cpu::QkvRope(qkv.data<float>(), positions.data<int32_t>(), inv_freq.data<float>(),
+                 plan.batch(), H, Hkv, Dh, q->data<float>(), k_cache->data<float>(),
+                 v_cache->data<float>());
+    return absl::OkStatus();
+  }
+
+  absl::Status Attention(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                         const AttentionPlan& plan, float scale, Tensor* out) override {
+    const int H = static_cast<int>(q.dim(1)), Dh = static_cast<int>(q.dim(2));
+    const int Hkv = static_cast<int>(k_cache.dim(1));
+    cpu::Attention(q.data<float>(), k_cache.data<float>(), v_cache.data<float>(), plan.batch(),
+                   H, Hkv, Dh, scale, out->data<float>());
+    return absl::OkStatus();
+  }
+
+  absl::Status MambaConv(const Tensor& x, const Tensor& w, const Tensor& b, Tensor* state,
+                         Tensor* out) override {
+    cpu::MambaConv(x.data<float>(), static_cast<int>(x.dim(0)), static_cast<int>(x.dim(1)),
+                   w.data<float>(), b.data<float>(), static_cast<int>(w.dim(1)),
+                   state->data<float>(), out->data<float>());
+    return absl::OkStatus();
+  }
+
+  absl::Status MambaConvBatch(const Tensor& x, const Tensor& w, const Tensor& b,
+                              const Tensor& slots, Tensor* states, Tensor* out) override {
+    const int C = static_cast<int>(x.dim(1)), K = static_cast<int>(w.dim(1));
+    for (int64_t i = 0; i < x.dim(0); ++i) {
+      int32_t slot = slots.data<int32_t>()[i];
+      cpu::MambaConv(x.data<float>() + i * C, 1, C, w.data<float>(), b.data<float>(), K,
+                     states->data<float>() + static_cast<int64_t>(slot) * C * K,
+                     out->data<float>() + i * C);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status MambaScan(const Tensor& u, const Tensor& delta, const Tensor& dt_bias,
+                         const Tensor& A, const Tensor& Bm, const Tensor& Cm, const Tensor& D,
+                         const Tensor& z, Tensor* state, Tensor* y) override {
+    cpu::MambaScan(u.data<float>(), delta.data<float>(), dt_bias.data<float>(), A.data<float>(),
+                   Bm.data<float>(),
+                   Cm.data<float>(), D.data<float>(), z.data<float>(),
+                   static_cast<int>(u.dim(0)), static_cast<int>(u.dim(1)),
+                   static_cast<int>(A.dim(1)), state->data<float>(), y->data<float>());
+    return absl::OkStatus();
+  }
+
+  absl::Status MambaScanBatch(const Tensor& u, const Tensor& delta, const Tensor& dt_bias,
+                              const Tensor& A, const Tensor& Bm, const Tensor& Cm,
+                              const Tensor& D, const Tensor& z, const Tensor& slots,
+                              Tensor* states, Tensor* y) override {
+    const int C = static_cast<int>(u.dim(1)), N = static_cast<int>(A.dim(1));
+    for (int64_t i = 0; i < u.dim(0); ++i) {
+      int32_t slot = slots.data<int32_t>()[i];
+      cpu::MambaScan(u.data<float>() + i * C, delta.data<float>() + i * C,
+                     dt_bias.data<float>(), A.data<float>(),
+                     Bm.data<float>() + i * N, Cm.data<float>() + i * N, D.data<float>(),
+                     z.data<float>() + i * C, 1, C, N,
+                     states->data<float>() + static_cast<int64_t>(slot) * C * N,
+                     y->data<float>() + i * C);
+    }
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> CreateCpuBackend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace treespec

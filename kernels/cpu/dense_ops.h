@@ -1,0 +1,23 @@
+// Plain-loop float32 reference kernels for the dense ops (CPU backend).
+// Row-major, contiguous. Each output row depends only on its own input row
+// and the weights, computed in a fixed order, so results do not depend on how
+// many rows are batched together (batch invariance, which makes tree logits
+// equal sequential-decode logits bit for bit).
+#pragma once
+
+#include <cstdint>
+
+namespace treespec::cpu {
+
+// in: ids [T], table [V, D]; out: out [T, D].
+void Embedding(const int32_t* ids, int T, const float* table, int D, float* out);
+// in: x [T, D], w [D]; out: out [T, D] (may alias x).
+void RmsNorm(const float* x, const float* w, int T, int D, float eps, float* out);
+// in: x [T, K], w [N, K]; out: out [T, N] = x · wᵀ.
+void Linear(const float* x, const float* w, int T, int K, int N, float* out);
+// out[i] = a[i] + b[i], n elements; may alias.
+void Add(const float* a, const float* b, int64_t n, float* out);
+// in: gu [T, 2F]; out: out [T, F] = silu(gu[:, :F]) * gu[:, F:].
+void SiluMul(const float* gu, int T, int F, float* out);
+
+}  // namespace treespec::cpu

@@ -1,0 +1,123 @@
+// Batch-invariant float32 matrix product out = x · wᵀ.
+//
+// OpenBLAS picks different code paths for different numbers of rows, so the
+// same token computed alone and inside a batch differs in the last bits; that
+// would let a greedy speculative run diverge from plain decoding on a near-tie.
+// Here every output element is one dot product in a fixed order (eight partial
+// sums over k ≡ j mod 8, a fixed reduction tree, then the scalar tail), whatever
+// the tile it falls in, the number of rows or the thread. Register tiles of
+// 4 rows × 2 weight rows keep it close to memory speed for decode; weights are
+// walked once, in blocks that stay in L1 while every row of x passes over them.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/dense_ops.h"
+
+namespace treespec::cpu {
+namespace {
+
+// ---- AVX2 + FMA path -------------------------------------------------------
+__attribute__((target("avx2,fma"))) inline float Reduce8(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  __m128 s = _mm_add_ps(lo, hi);                    // (0+4, 1+5, 2+6, 3+7)
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));           // (0+4+2+6, 1+5+3+7, ..)
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 0x55));
+  return _mm_cvtss_f32(s);
+}
+
+template <int TR, int NR>
+__attribute__((target("avx2,fma"))) void TileAvx2(const float* x, const float* w, int K,
+                                                  int64_t ldo, float* out) {
+  __m256 acc[TR][NR];
+  for (int i = 0; i < TR; ++i)
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_ps();
+  const int K8 = K & ~7;
+  for (int k = 0; k < K8; k += 8) {
+    __m256 wv[NR];
+    for (int j = 0; j < NR; ++j) wv[j] = _mm256_loadu_ps(w + static_cast<int64_t>(j) * K + k);
+    for (int i = 0; i < TR; ++i) {
+      __m256 xv = _mm256_loadu_ps(x + static_cast<int64_t>(i) * K + k);
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < TR; ++i) {
+    for (int j = 0; j < NR; ++j) {
+      float s = Reduce8(acc[i][j]);
+      const float* xr = x + static_cast<int64_t>(i) * K;
+      const float* wr = w + static_cast<int64_t>(j) * K;
+      for (int k = K8; k < K; ++k) s = std::fma(xr[k], wr[k], s);
+      out[i * ldo + j] = s;
+    }
+  }
+}
+
+__attribute__((target("avx2,fma"))) void LinearAvx2(const float* x, const float* w, int T,
+                                                    int K, int N, float* out) {
+  constexpr int kNB = 16;  // weight rows per L1 block
+#pragma omp parallel for schedule(static) if (static_cast<int64_t>(N) * K * T > (1 << 18))
+  for (int nb = 0; nb < N; nb += kNB) {
+    const int ne = std::min(N, nb + kNB);
+    int t = 0;
+    for (; t + 4 <= T; t += 4) {
+      int n = nb;
+      for (; n + 2 <= ne; n += 2) {
+        TileAvx2<4, 2>(x + static_cast<int64_t>(t) * K, w + static_cast<int64_t>(n) * K, K, N,
+                       out + static_cast<int64_t>(t) * N + n);
+      }
+      for (; n < ne; ++n) {
+        TileAvx2<4, 1>(x + static_cast<int64_t>(t) * K, w + static_cast<int64_t>(n) * K, K, N,
+                       out + static_cast<int64_t>(t) * N + n);
+      }
+    }
+    for (; t < T; ++t) {
+      int n = nb;
+      for (; n + 2 <= ne; n += 2) {
+        TileAvx2<1, 2>(x + static_cast<int64_t>(t) * K, w + static_cast<int64_t>(n) * K, K, N,
+                       out + static_cast<int64_t>(t) * N + n);
+      }
+      for (; n < ne; ++n) {
+        TileAvx2<1, 1>(x + static_cast<int64_t>(t) * K, w + static_cast<int64_t>(n) * K, K, N,
+                       out + static_cast<int64_t>(t) * N + n);
+      }
+    }
+  }
+}
+
+// ---- portable path (same invariance, no SIMD requirement) --------------------
+void LinearPortable(const float* x, const float* w, int T, int K, int N, float* out) {
+#pragma omp parallel for schedule(static) if (static_cast<int64_t>(N) * K * T > (1 << 18))
+  for (int n = 0; n < N; ++n) {
+    const float* wr = w + static_cast<int64_t>(n) * K;
+    for (int t = 0; t < T; ++t) {
+      const float* xr = x + static_cast<int64_t>(t) * K;
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      const int K8 = K & ~7;
+      for (int k = 0; k < K8; k += 8) {
+        for (int j = 0; j < 8; ++j) acc[j] += xr[k + j] * wr[k + j];
+      }
+      float s = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+      for (int k = K8; k < K; ++k) s += xr[k] * wr[k];
+      out[static_cast<int64_t>(t) * N + n] = s;
+    }
+  }
+}
+
+bool HaveAvx2Fma() {
+  static const bool have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return have;
+}
+
+}  // namespace
+
+void Linear(const float* x, const float* w, int T, int K, int N, float* out) {
+  if (T == 0 || N == 0) return;
+  if (HaveAvx2Fma()) {
+    LinearAvx2(x, w, T, K, N, out);
+  } else {
+    LinearPortable(x, w, T, K, N, out);
+  }
+}
+
+}  // namespace treespec::cpu

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian packages treespec builds and tests with; idempotent: only
+# missing packages are installed. Run as root or with sudo available.
+set -euo pipefail
+PKGS="build-essential cmake ninja-build pkg-config ccache
+      libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+      libgloo-dev libopenblas-dev libsentencepiece-dev libicu-dev nlohmann-json3-dev
+      libcpp-httplib-dev libssl-dev libgtest-dev libgmock-dev libbenchmark-dev"
+missing=""
+for p in $PKGS; do
+  if ! dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed'; then
+    missing="$missing $p"
+  fi
+done
+if [ -z "$missing" ]; then
+  exit 0
+fi
+echo "installing:$missing" >&2
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+# shellcheck disable=SC2086
+$SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
