@@ -4,6 +4,11 @@
 // a prompt chunk or decode token (parents empty: a chain), or a packed token
 // tree (parents[i] < i is node i's parent, -1 for the root). Tree nodes get
 // position length + depth and attend their ancestors only.
+//
+// A tree may also be grown over several calls (a drafter adding one level at a
+// time): num_prior nodes were written by earlier calls right after the
+// committed length; `parents` then covers all num_prior + tokens.size() nodes
+// (prior nodes first) and the new tokens are nodes num_prior, num_prior+1, ...
 #pragma once
 
 #include <cstdint>
@@ -16,8 +21,9 @@ enum class LogitsMode { kNone, kLast, kAll };
 struct ForwardSeq {
   int64_t kv_seq = 0;
   std::vector<int32_t> tokens;
-  std::vector<int32_t> parents;  // empty: chain
+  std::vector<int32_t> parents;  // empty: chain; else [num_prior + tokens.size()]
   LogitsMode logits = LogitsMode::kLast;
+  int32_t num_prior = 0;
 };
 
 struct ForwardOutput {

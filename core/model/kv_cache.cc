@@ -138,7 +138,8 @@ void PagedKvCache::Release(int64_t seq) {
 }
 
 absl::StatusOr<AttentionBatch> PagedKvCache::BuildBatch(const std::vector<int64_t>& seqs,
-                                                        const std::vector<int>& num_new) const {
+                                                        const std::vector<int>& num_new,
+                                                        const std::vector<int>& num_prior) const {
   AttentionBatch batch;
   batch.num_seqs = static_cast<int>(seqs.size());
   batch.block_size = static_cast<int>(options_.block_size);
@@ -151,13 +152,14 @@ absl::StatusOr<AttentionBatch> PagedKvCache::BuildBatch(const std::vector<int64_
       return absl::NotFoundError(absl::StrCat("kv cache: no sequence ", seqs[i]));
     }
     const Seq& s = it->second;
-    if (s.length + num_new[i] > capacity(seqs[i])) {
+    if (s.length + num_prior[i] + num_new[i] > capacity(seqs[i])) {
       return absl::InternalError(absl::StrCat("kv cache: ", num_new[i],
                                               " new tokens exceed the reserved capacity"));
     }
     rows.push_back(&s);
     width = std::max(width, static_cast<int>(s.blocks.size()));
     batch.context_lens.push_back(static_cast<int32_t>(s.length));
+    batch.prior_lens.push_back(num_prior[i]);
     batch.query_start.push_back(batch.query_start.back() + num_new[i]);
     batch.mask_offset.push_back(-1);
   }

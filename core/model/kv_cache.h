@@ -55,10 +55,12 @@ class PagedKvCache {
   void Release(int64_t seq);
 
   // Attention layout for one forward pass: sequence i of `seqs` gets
-  // num_new[i] new tokens after its committed length (causal masks; the caller
-  // sets tree masks). Fails if a sequence lacks reserved capacity.
+  // num_new[i] new tokens after its committed length and num_prior[i] tail
+  // tokens of earlier calls (causal masks; the caller sets tree masks). Fails
+  // if a sequence lacks reserved capacity.
   absl::StatusOr<AttentionBatch> BuildBatch(const std::vector<int64_t>& seqs,
-                                            const std::vector<int>& num_new) const;
+                                            const std::vector<int>& num_new,
+                                            const std::vector<int>& num_prior) const;
 
   Tensor* k(int64_t layer) { return &k_[layer]; }
   Tensor* v(int64_t layer) { return &v_[layer]; }

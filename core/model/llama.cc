@@ -127,14 +127,16 @@ absl::Status LlamaModel::Forward(const std::vector<ForwardSeq>& seqs, PagedKvCac
   const int64_t D = config_.hidden_size, Dh = config_.head_dim, V = config_.vocab_size;
   // ---- host-side batch description -------------------------------------
   std::vector<int64_t> kv_ids;
-  std::vector<int> num_new;
+  std::vector<int> num_new, num_prior;
   std::vector<int32_t> tokens, positions, logit_rows;
   out->row_start.assign(1, 0);
   for (const ForwardSeq& s : seqs) {
     kv_ids.push_back(s.kv_seq);
     num_new.push_back(static_cast<int>(s.tokens.size()));
+    num_prior.push_back(s.num_prior);
+    if (s.num_prior < 0) return absl::InvalidArgumentError("forward: negative num_prior");
   }
-  TS_ASSIGN_OR_RETURN(AttentionBatch batch, cache->BuildBatch(kv_ids, num_new));
+  TS_ASSIGN_OR_RETURN(AttentionBatch batch, cache->BuildBatch(kv_ids, num_new, num_prior));
   for (size_t si = 0; si < seqs.size(); ++si) {
     const ForwardSeq& s = seqs[si];
     const int n = static_cast<int>(s.tokens.size());
@@ -148,31 +150,33 @@ absl::Status LlamaModel::Forward(const std::vector<ForwardSeq>& seqs, PagedKvCac
     }
     tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
     if (s.parents.empty()) {
-      for (int i = 0; i < n; ++i) positions.push_back(base + i);
+      for (int i = 0; i < n; ++i) positions.push_back(base + s.num_prior + i);
     } else {
-      if (static_cast<int>(s.parents.size()) != n) {
-        return absl::InvalidArgumentError("tree: parents and tokens differ in length");
+      const int prior = s.num_prior, total = prior + n;
+      if (static_cast<int>(s.parents.size()) != total) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tree: ", s.parents.size(), " parents for ", prior, " prior + ", n, " new nodes"));
       }
-      // Ancestor-or-self masks: row i = row parent(i) | {i}. Parents precede
-      // children, so each row is complete when it is read.
-      const int words = (n + 63) / 64;
-      batch.mask_offset[si] = static_cast<int32_t>(batch.mask_words.size());
-      batch.mask_words.resize(batch.mask_words.size() + static_cast<size_t>(n) * words, 0);
-      uint64_t* m = batch.mask_words.data() + batch.mask_offset[si];
-      std::vector<int32_t> depth(n, 0);
-      for (int i = 0; i < n; ++i) {
+      // Ancestor-or-self masks over the tail: row(i) = row(parent(i)) | {i}.
+      // Parents precede children, so each row is complete when it is read.
+      const int words = (total + 63) / 64;
+      std::vector<uint64_t> rows(static_cast<size_t>(total) * words, 0);
+      std::vector<int32_t> depth(total, 0);
+      for (int i = 0; i < total; ++i) {
         const int p = s.parents[i];
         if (p >= i || p < -1) {
           return absl::InvalidArgumentError(absl::StrCat("tree: parent of node ", i, " is ", p,
                                                          "; parents must precede children"));
         }
         if (p >= 0) {
-          std::memcpy(m + i * words, m + p * words, sizeof(uint64_t) * words);
+          std::memcpy(&rows[i * words], &rows[p * words], sizeof(uint64_t) * words);
           depth[i] = depth[p] + 1;
         }
-        m[i * words + i / 64] |= 1ull << (i % 64);
-        positions.push_back(base + depth[i]);
+        rows[i * words + i / 64] |= 1ull << (i % 64);
       }
+      batch.mask_offset[si] = static_cast<int32_t>(batch.mask_words.size());
+      batch.mask_words.insert(batch.mask_words.end(), rows.begin() + prior * words, rows.end());
+      for (int i = prior; i < total; ++i) positions.push_back(base + depth[i]);
     }
     if (s.logits == LogitsMode::kLast && n > 0) logit_rows.push_back(t0 + n - 1);
     if (s.logits == LogitsMode::kAll) {

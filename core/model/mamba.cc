@@ -120,13 +120,18 @@ absl::Status MambaModel::CheckTokens(const std::vector<int32_t>& tokens) const {
   return absl::OkStatus();
 }
 
-absl::Status MambaModel::Head(const Tensor& x, std::vector<float>* logits) {
+absl::StatusOr<Tensor> MambaModel::HeadDevice(const Tensor& x) {
   const int64_t T = x.dim(0), D = config_.hidden_size, V = config_.vocab_size;
   TS_ASSIGN_OR_RETURN(Tensor h, Buffer(20, {T, D}));
   TS_RETURN_IF_ERROR(backend_->RmsNorm(x, norm_f_, static_cast<float>(config_.layer_norm_epsilon), &h));
   TS_ASSIGN_OR_RETURN(Tensor out, Buffer(21, {T, V}));
   TS_RETURN_IF_ERROR(backend_->Linear(h, lm_head_, &out));
-  logits->resize(T * V);
+  return out;
+}
+
+absl::Status MambaModel::Head(const Tensor& x, std::vector<float>* logits) {
+  TS_ASSIGN_OR_RETURN(Tensor out, HeadDevice(x));
+  logits->resize(out.numel());
   return backend_->DownloadF32(out, logits->data());
 }
 
@@ -200,13 +205,22 @@ absl::Status MambaModel::Step(const std::vector<int32_t>& tokens,
     logits->clear();
     return absl::OkStatus();
   }
-  const int64_t D = config_.hidden_size, C = config_.intermediate_size;
-  const int64_t N = config_.state_size, R = config_.time_step_rank;
-  const float eps = static_cast<float>(config_.layer_norm_epsilon);
+  if (use_graphs_ && !graphs_unavailable_) return StepWithGraph(tokens, slots, pool, logits);
   TS_ASSIGN_OR_RETURN(Tensor ids, be->Alloc(DType::kI32, {B}));
   TS_RETURN_IF_ERROR(be->Upload(tokens.data(), DType::kI32, &ids));
   TS_ASSIGN_OR_RETURN(Tensor slot_t, be->Alloc(DType::kI32, {B}));
   TS_RETURN_IF_ERROR(be->Upload(slots.data(), DType::kI32, &slot_t));
+  TS_ASSIGN_OR_RETURN(Tensor out, StepDevice(ids, slot_t, B, pool));
+  logits->resize(out.numel());
+  return be->DownloadF32(out, logits->data());
+}
+
+absl::StatusOr<Tensor> MambaModel::StepDevice(const Tensor& ids, const Tensor& slot_t, int64_t B,
+                                              MambaStatePool* pool) {
+  Backend* be = backend_;
+  const int64_t D = config_.hidden_size, C = config_.intermediate_size;
+  const int64_t N = config_.state_size, R = config_.time_step_rank;
+  const float eps = static_cast<float>(config_.layer_norm_epsilon);
   TS_ASSIGN_OR_RETURN(Tensor x, Buffer(0, {B, D}));
   TS_ASSIGN_OR_RETURN(Tensor h, Buffer(1, {B, D}));
   TS_ASSIGN_OR_RETURN(Tensor xz, Buffer(2, {B, 2 * C}));
@@ -237,7 +251,52 @@ absl::Status MambaModel::Step(const std::vector<int32_t>& tokens,
     TS_RETURN_IF_ERROR(be->Linear(y, w.out_proj, &h));
     TS_RETURN_IF_ERROR(be->Add(x, h, &x));
   }
-  return Head(x, logits);
+  return HeadDevice(x);
+}
+
+absl::Status MambaModel::StepWithGraph(const std::vector<int32_t>& tokens,
+                                       const std::vector<int32_t>& slots, MambaStatePool* pool,
+                                       std::vector<float>* logits) {
+  Backend* be = backend_;
+  const int64_t B = static_cast<int64_t>(tokens.size());
+  std::vector<const void*> states;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    states.push_back(pool->conv(l)->raw());
+    states.push_back(pool->ssm(l)->raw());
+  }
+  auto it = graphs_.find(B);
+  if (it != graphs_.end() && it->second.states == states) {
+    StepGraph& g = it->second;
+    TS_RETURN_IF_ERROR(be->Upload(tokens.data(), DType::kI32, &g.ids));
+    TS_RETURN_IF_ERROR(be->Upload(slots.data(), DType::kI32, &g.slots));
+    TS_RETURN_IF_ERROR(be->ReplayGraph(g.graph_id));
+    logits->resize(g.logits.numel());
+    return be->DownloadF32(g.logits, logits->data());
+  }
+  // First step of this size (or with other state tensors): run it eagerly,
+  // which also sizes the workspace, so that the capture allocates nothing.
+  StepGraph g;
+  g.states = std::move(states);
+  TS_ASSIGN_OR_RETURN(g.ids, be->Alloc(DType::kI32, {B}));
+  TS_RETURN_IF_ERROR(be->Upload(tokens.data(), DType::kI32, &g.ids));
+  TS_ASSIGN_OR_RETURN(g.slots, be->Alloc(DType::kI32, {B}));
+  TS_RETURN_IF_ERROR(be->Upload(slots.data(), DType::kI32, &g.slots));
+  TS_ASSIGN_OR_RETURN(Tensor out, StepDevice(g.ids, g.slots, B, pool));
+  logits->resize(out.numel());
+  TS_RETURN_IF_ERROR(be->DownloadF32(out, logits->data()));
+  absl::StatusOr<int> id = be->CaptureGraph([&]() -> absl::Status {
+    TS_ASSIGN_OR_RETURN(g.logits, StepDevice(g.ids, g.slots, B, pool));
+    return absl::OkStatus();
+  });
+  if (absl::IsUnimplemented(id.status())) {
+    graphs_unavailable_ = true;
+    return absl::OkStatus();
+  }
+  TS_RETURN_IF_ERROR(id.status());
+  g.graph_id = *id;
+  g.pinned = buffers_;
+  graphs_[B] = std::move(g);
+  return absl::OkStatus();
 }
 
 }  // namespace treespec

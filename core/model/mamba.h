@@ -7,6 +7,7 @@
 // Thread-compatible: one call at a time.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,15 @@ class MambaModel {
   absl::Status Step(const std::vector<int32_t>& tokens, const std::vector<int32_t>& slots,
                     MambaStatePool* pool, std::vector<float>* logits);
 
+  // Graph mode for Step (paper 000 Sec. 4.1's graph cache): for each batch
+  // size B the first step runs eagerly, then its device work is captured once
+  // with fixed input (ids, slots) and output (logits) buffers; later steps of
+  // size B upload into those buffers and replay the graph. A graph is tied to
+  // the state tensors it was captured with and is recaptured for other ones.
+  // On backends without graphs (UNIMPLEMENTED) Step stays eager. Off by default.
+  void SetUseGraphs(bool use) { use_graphs_ = use; }
+  bool use_graphs() const { return use_graphs_; }
+
  private:
   struct Layer {
     Tensor norm, in_proj, conv_w, conv_b, x_proj, dt_proj_w, dt_bias, A, D, out_proj;
@@ -46,12 +56,31 @@ class MambaModel {
   absl::Status CheckTokens(const std::vector<int32_t>& tokens) const;
   // Shared tail: x [T, D] -> logits rows.
   absl::Status Head(const Tensor& x, std::vector<float>* logits);
+  // Device part of the tail: x [T, D] -> logits [T, V] (a workspace view).
+  absl::StatusOr<Tensor> HeadDevice(const Tensor& x);
+  // Device part of Step. in: ids, slots [B] i32 on the device; out: logits [B, V].
+  absl::StatusOr<Tensor> StepDevice(const Tensor& ids, const Tensor& slot_t, int64_t B,
+                                    MambaStatePool* pool);
+  absl::Status StepWithGraph(const std::vector<int32_t>& tokens,
+                             const std::vector<int32_t>& slots, MambaStatePool* pool,
+                             std::vector<float>* logits);
+
+  struct StepGraph {
+    std::vector<const void*> states;  // device addresses of the pool's tensors it uses
+    Tensor ids, slots;                // [B] i32: inputs of the captured step
+    Tensor logits;                    // [B, V]: its output
+    std::vector<Tensor> pinned;       // workspace it reads and writes, kept alive
+    int graph_id = -1;
+  };
 
   MambaConfig config_;
   Backend* backend_ = nullptr;
   Tensor embed_, norm_f_, lm_head_;
   std::vector<Layer> layers_;
   std::vector<Tensor> buffers_;
+  bool use_graphs_ = false;
+  bool graphs_unavailable_ = false;
+  std::map<int64_t, StepGraph> graphs_;  // by batch size
 };
 
 }  // namespace treespec

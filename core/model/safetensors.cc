@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "core/model/json_fields.h"
@@ -45,7 +46,7 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   const size_t data_size = size - 8 - header_len;
   SafetensorsFile out;
   out.path_ = path;
-  std::vector<std::pair<size_t, size_t>> ranges;
+  std::vector<std::tuple<size_t, size_t, std::string>> ranges;
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& name = it.key();
     if (name == "__metadata__") continue;
@@ -91,13 +92,17 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     }
     info.data = data_start + b;
     info.nbytes = e - b;
-    ranges.push_back({b, e});
+    ranges.emplace_back(b, e, name);
     out.tensors_[name] = std::move(info);
   }
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i) {
-    if (ranges[i].first < ranges[i - 1].second) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": tensor data ranges overlap"));
+    const auto& [b0, e0, n0] = ranges[i - 1];
+    const auto& [b1, e1, n1] = ranges[i];
+    if (b1 < e0) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": data of tensors '", n0, "' [", b0,
+                                                     ", ", e0, ") and '", n1, "' [", b1, ", ", e1,
+                                                     ") overlap"));
     }
   }
   return out;
@@ -138,6 +143,17 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
                                             "model.safetensors.index.json exists"));
   }
   for (const std::string& shard : shards) {
+    if (!weight_map.empty() && !FileExists(model_dir + "/" + shard)) {
+      std::string example;
+      for (const auto& [name, file] : weight_map) {
+        if (file == shard) {
+          example = name;
+          break;
+        }
+      }
+      return absl::NotFoundError(absl::StrCat(index, ": shard '", shard, "' (holding tensor '",
+                                              example, "') does not exist in ", model_dir));
+    }
     TS_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(model_dir + "/" + shard));
     for (const auto& [name, info] : f.tensors()) {
       if (!weight_map.empty()) {

@@ -1,21 +1,10 @@
 #include "core/model/weight_loader.h"
 
-#include <thread>
-
 #include "absl/strings/str_cat.h"
 #include "core/util/status_macros.h"
 
 namespace treespec {
 namespace {
-
-uint64_t Mix(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return x;
-}
 
 uint64_t HashName(const std::string& s) {
   uint64_t h = 1469598103934665603ull;
@@ -26,22 +15,7 @@ uint64_t HashName(const std::string& s) {
 }  // namespace
 
 absl::Status WeightLoader::FillRandom(const std::string& name, Tensor* dst) {
-  const int64_t n = dst->numel();
-  std::vector<float> host(n);
-  const uint64_t base = Mix(seed_ ^ HashName(name));
-  const int threads = static_cast<int>(std::min<int64_t>(16, 1 + n / (1 << 20)));
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      for (int64_t i = t; i < n; i += threads) {
-        uint64_t r = Mix(base + static_cast<uint64_t>(i));
-        host[i] = (static_cast<float>(r >> 40) / static_cast<float>(1ull << 24) * 2.0f - 1.0f) *
-                  scale_;
-      }
-    });
-  }
-  for (auto& th : pool) th.join();
-  return backend_->Upload(host.data(), DType::kF32, dst);
+  return backend_->FillUniform(dst, FillUniformMix(seed_ ^ HashName(name)), scale_);
 }
 
 absl::StatusOr<Tensor> WeightLoader::Load(const std::string& name, const Shape& shape) {

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/sampling_ops.h"
 
 namespace treespec {
 
@@ -27,52 +28,13 @@ float SparseDist::ProbOf(int32_t token) const {
   return 0.0f;
 }
 
-int32_t Argmax(const float* logits, int64_t vocab) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < vocab; ++i) {
-    if (logits[i] > logits[best]) best = i;
-  }
-  return static_cast<int32_t>(best);
-}
+int32_t Argmax(const float* logits, int64_t vocab) { return cpu::ArgmaxRow(logits, vocab); }
 
 void ProcessLogits(const float* logits, int64_t vocab, const SamplingParams& params,
                    std::vector<float>* probs) {
-  probs->assign(vocab, 0.0f);
-  const double inv_t = 1.0 / params.temperature;
-  // Order tokens by logit (descending; ties by id) to apply top-k and top-p.
-  std::vector<int32_t> order(vocab);
-  std::iota(order.begin(), order.end(), 0);
-  int64_t keep = vocab;
-  if (params.top_k > 0 && params.top_k < vocab) keep = params.top_k;
-  auto cmp = [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  };
-  if (keep < vocab || params.top_p < 1.0f) {
-    std::sort(order.begin(), order.end(), cmp);
-  }
-  const double mx = logits[Argmax(logits, vocab)] * inv_t;
-  std::vector<double> e(keep);
-  double sum = 0.0;
-  for (int64_t i = 0; i < keep; ++i) {
-    e[i] = std::exp(static_cast<double>(logits[order[i]]) * inv_t - mx);
-    sum += e[i];
-  }
-  if (params.top_p < 1.0f) {
-    // Smallest prefix of the sorted tokens with cumulative probability >= top_p.
-    double cum = 0.0;
-    int64_t cut = keep;
-    for (int64_t i = 0; i < keep; ++i) {
-      cum += e[i] / sum;
-      if (cum >= params.top_p) {
-        cut = i + 1;
-        break;
-      }
-    }
-    keep = cut;
-    sum = 0.0;
-    for (int64_t i = 0; i < keep; ++i) sum += e[i];
-  }
-  for (int64_t i = 0; i < keep; ++i) (*probs)[order[i]] = static_cast<float>(e[i] / sum);
+  probs->resize(vocab);
+  cpu::ProcessLogitsRow(logits, vocab, params.temperature, params.top_k, params.top_p,
+                        probs->data());
 }
 
 int32_t SampleDense(const std::vector<float>& probs, double u) {

@@ -2,15 +2,20 @@
 // positions every query token of a packed forward batch may attend to.
 //
 // A batch holds S sequences. Sequence s contributes n_s new tokens (a prompt
-// chunk, one decode token, or a packed token tree) that are appended to the
-// paged KV cache after its context_lens[s] already-cached tokens. New token i
-// of sequence s sits at cache position context_lens[s] + i and may attend
-//   * every cached position p < context_lens[s], and
-//   * new token j of the same sequence iff mask(s, i, j) holds.
-// For a chain (prefill, decode) the mask is causal (j <= i). For a token tree
-// it is the ancestor-or-self relation, so a node sees exactly the tokens on its
-// root-to-node path: its logits equal those of decoding that path one token at
-// a time (SpecInfer's tree attention; paper 002 Sec. 3, paper 000 Sec. 4.1).
+// chunk, one decode token, or a packed token tree) appended to the paged KV
+// cache after its context_lens[s] committed tokens and prior_lens[s] tokens
+// already written by earlier calls of the same draft tree (0 except when a
+// drafter grows a tree level by level). The "tail" of sequence s is the
+// prior_lens[s] + n_s positions after the committed prefix; new token i is
+// tail column prior_lens[s] + i, at cache position context_lens[s] + prior + i.
+// New token i may attend
+//   * every committed position p < context_lens[s], and
+//   * tail column j iff mask(s, i, j) holds.
+// For a chain (prefill, decode; prior 0) the mask is causal (j <= i). For a
+// token tree it is the ancestor-or-self relation, so a node sees exactly the
+// tokens on its root-to-node path: its logits equal those of decoding that path
+// one token at a time (SpecInfer's tree attention; paper 002 Sec. 3, paper 000
+// Sec. 4.1).
 //
 // Plain data; build once per forward pass and hand to Backend::PlanAttention.
 #pragma once
@@ -25,11 +30,13 @@ struct AttentionBatch {
   int block_size = 16;
   int max_blocks_per_seq = 0;
   std::vector<int32_t> query_start;   // [S+1] offsets of each sequence's new tokens
-  std::vector<int32_t> context_lens;  // [S] tokens cached before this batch
+  std::vector<int32_t> context_lens;  // [S] committed tokens (fully visible)
+  std::vector<int32_t> prior_lens;    // [S] tail tokens written by earlier calls
   std::vector<int32_t> block_tables;  // [S * max_blocks_per_seq], -1 padded
-  // Tree masks. mask_offset[s] == -1: causal. Otherwise sequence s has
-  // words_s = ceil(n_s / 64) 64-bit words per row, row i starting at
-  // mask_words[mask_offset[s] + i * words_s]; bit j set = token i sees token j.
+  // Tree masks. mask_offset[s] == -1: causal over new tokens (prior must be 0).
+  // Otherwise sequence s has words_s = ceil((prior_s + n_s) / 64) 64-bit words
+  // per row, row i (new token i) starting at mask_words[mask_offset[s] + i *
+  // words_s]; bit j set = new token i sees tail column j.
   std::vector<int32_t> mask_offset;   // [S]
   std::vector<uint64_t> mask_words;
 
@@ -40,9 +47,13 @@ struct AttentionBatch {
     return block_tables[s * max_blocks_per_seq + pos / block_size] * block_size +
            pos % block_size;
   }
+  int tail_len(int s) const { return prior_lens[s] + num_new(s); }
+  // Cache position of new token i of sequence s.
+  int Position(int s, int i) const { return context_lens[s] + prior_lens[s] + i; }
+  // Whether new token i of sequence s sees tail column j (0 <= j < tail_len).
   bool Sees(int s, int i, int j) const {
-    if (mask_offset[s] < 0) return j <= i;
-    int words = (num_new(s) + 63) / 64;
+    if (mask_offset[s] < 0) return j <= prior_lens[s] + i;
+    int words = (tail_len(s) + 63) / 64;
     return (mask_words[mask_offset[s] + i * words + j / 64] >> (j % 64)) & 1u;
   }
 };

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +23,23 @@
 #include "core/tensor/tensor.h"
 
 namespace treespec {
+
+// The counter-based generator behind Backend::FillUniform: murmur3's 64-bit
+// finaliser of seed + i; its top 24 bits map exactly to a float in [-1, 1),
+// then one rounding multiplies by scale. kernels/cuda/fill_uniform.cu repeats
+// this formula bit for bit.
+inline uint64_t FillUniformMix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return x;
+}
+inline float FillUniformValue(uint64_t seed, int64_t i, float scale) {
+  const uint64_t r = FillUniformMix(seed + static_cast<uint64_t>(i));
+  return (static_cast<float>(r >> 40) / static_cast<float>(1ull << 24) * 2.0f - 1.0f) * scale;
+}
 
 // Device-side form of an AttentionBatch (block tables, masks, slot mapping),
 // built once per forward pass and shared by every layer.
@@ -52,6 +70,10 @@ class Backend {
   // in: src (any float dtype or i32); out: dst [src.numel()] host float32.
   virtual absl::Status DownloadF32(const Tensor& src, float* dst) = 0;
   virtual absl::Status Zero(Tensor* t) = 0;
+  // out: t [any shape], float dtype; element i (row-major) = FillUniformValue(seed, i, scale),
+  // rounded to t's dtype. Deterministic and identical on every backend, so a
+  // random-weight model is the same model everywhere (and fills on the device).
+  virtual absl::Status FillUniform(Tensor* t, uint64_t seed, float scale) = 0;
   virtual absl::Status Synchronize() = 0;
   // True when a host f32 buffer can be used in place as a weight (no copy).
   virtual bool CanAliasHost(DType dtype) const { return false; }
@@ -118,6 +140,30 @@ class Backend {
                                       const Tensor& dt_bias, const Tensor& A, const Tensor& Bm,
                                       const Tensor& Cm, const Tensor& D, const Tensor& z,
                                       const Tensor& slots, Tensor* states, Tensor* y) = 0;
+
+  // ---- sampling math on the device -------------------------------------------
+  // in: logits [R, V]; out: ids [R] on the host, the argmax of each row (lowest
+  // index among equal maxima).
+  virtual absl::Status ArgmaxRows(const Tensor& logits, std::vector<int32_t>* ids) = 0;
+  // in: logits [R, V]; out: probs [R, V] f32 on the device: softmax(logits /
+  // temperature) restricted to the top_k largest (0 = all), then to the
+  // smallest prefix (by descending probability, ties by id) whose mass reaches
+  // top_p, renormalised. temperature > 0. Same result as ProcessLogits in
+  // core/spec/sampling.h.
+  virtual absl::Status ProcessLogitsRows(const Tensor& logits, float temperature, int top_k,
+                                         float top_p, Tensor* probs) = 0;
+
+  // ---- graphs ------------------------------------------------------------------
+  // Records the ops `body` issues (which must not Alloc or touch the host) so
+  // ReplayGraph can re-issue them with one launch (CUDA graphs; paper 000
+  // Sec. 4.1's graph cache). Backends without graphs return UNIMPLEMENTED and
+  // callers run `body` directly.
+  virtual absl::StatusOr<int> CaptureGraph(const std::function<absl::Status()>& body) {
+    return absl::UnimplementedError(name() + " backend has no graphs");
+  }
+  virtual absl::Status ReplayGraph(int graph_id) {
+    return absl::UnimplementedError(name() + " backend has no graphs");
+  }
 };
 
 // The CPU backend (float32, OpenBLAS). Always available.

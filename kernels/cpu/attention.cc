@@ -7,7 +7,7 @@
 namespace treespec::cpu {
 
 // Each (token, head) pair is independent. Keys are visited in position order
-// (cached prefix, then the visible new tokens), so a tree node computes
+// (committed prefix, then the visible tail tokens), so a tree node computes
 // exactly the same float operations as the same token decoded on its own.
 void Attention(const float* q, const float* k_cache, const float* v_cache,
                const AttentionBatch& batch, int H, int Hkv, int Dh, float scale,
@@ -18,7 +18,11 @@ void Attention(const float* q, const float* k_cache, const float* v_cache,
   for (int s = 0; s < batch.num_seqs; ++s) {
     for (int t = batch.query_start[s]; t < batch.query_start[s + 1]; ++t) token_seq[t] = s;
   }
-#pragma omp parallel
+  int64_t work = 0;
+  for (int s = 0; s < batch.num_seqs; ++s) {
+    work += static_cast<int64_t>(batch.num_new(s)) * (batch.context_lens[s] + batch.tail_len(s));
+  }
+#pragma omp parallel if (work * H * Dh > (1 << 16))
   {
     std::vector<int64_t> slots;
     std::vector<float> scores;
@@ -29,7 +33,7 @@ void Attention(const float* q, const float* k_cache, const float* v_cache,
       const int ctx = batch.context_lens[s];
       slots.clear();
       for (int p = 0; p < ctx; ++p) slots.push_back(batch.Slot(s, p));
-      for (int j = 0; j < batch.num_new(s); ++j) {
+      for (int j = 0; j < batch.tail_len(s); ++j) {
         if (batch.Sees(s, i, j)) slots.push_back(batch.Slot(s, ctx + j));
       }
       scores.resize(slots.size());

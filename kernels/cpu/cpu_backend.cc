@@ -1,7 +1,10 @@
 // The CPU backend: float32 everywhere, OpenBLAS for matrix products, plain
 // loops (kernels/cpu) for the rest. Always built; the reference every other
 // backend is tested against.
+#include <algorithm>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "core/tensor/backend.h"
@@ -9,6 +12,7 @@
 #include "kernels/cpu/attention_ops.h"
 #include "kernels/cpu/dense_ops.h"
 #include "kernels/cpu/mamba_ops.h"
+#include "kernels/cpu/sampling_ops.h"
 
 namespace treespec {
 namespace {
@@ -72,6 +76,33 @@ class CpuBackend final : public Backend {
     return absl::OkStatus();
   }
   absl::Status Synchronize() override { return absl::OkStatus(); }
+
+  absl::Status FillUniform(Tensor* t, uint64_t seed, float scale) override {
+    const DType dtype = t->dtype();
+    if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cpu backend: FillUniform needs a float tensor, got ", t->DebugString()));
+    }
+    const int64_t n = t->numel();
+    const int threads = static_cast<int>(std::min<int64_t>(16, 1 + n / (1 << 20)));
+    std::vector<std::thread> pool;
+    for (int k = 0; k < threads; ++k) {
+      pool.emplace_back([=] {
+        for (int64_t i = k; i < n; i += threads) {
+          const float v = FillUniformValue(seed, i, scale);
+          if (dtype == DType::kF32) {
+            t->data<float>()[i] = v;
+          } else if (dtype == DType::kF16) {
+            t->data<uint16_t>()[i] = FloatToHalf(v);
+          } else {
+            t->data<uint16_t>()[i] = FloatToBF16(v);
+          }
+        }
+      });
+    }
+    for (std::thread& th : pool) th.join();
+    return absl::OkStatus();
+  }
 
   absl::Status Embedding(const Tensor& ids, const Tensor& table, Tensor* out) override {
     TS_RETURN_IF_ERROR(CheckF32(table, "embedding table"));
@@ -220,6 +251,25 @@ class CpuBackend final : public Backend {
                      z.data<float>() + i * C, 1, C, N,
                      states->data<float>() + static_cast<int64_t>(slot) * C * N,
                      y->data<float>() + i * C);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status ArgmaxRows(const Tensor& logits, std::vector<int32_t>* ids) override {
+    TS_RETURN_IF_ERROR(CheckF32(logits, "argmax input"));
+    const int64_t R = logits.dim(0), V = logits.dim(1);
+    ids->resize(R);
+    for (int64_t r = 0; r < R; ++r) (*ids)[r] = cpu::ArgmaxRow(logits.data<float>() + r * V, V);
+    return absl::OkStatus();
+  }
+
+  absl::Status ProcessLogitsRows(const Tensor& logits, float temperature, int top_k,
+                                 float top_p, Tensor* probs) override {
+    TS_RETURN_IF_ERROR(CheckF32(logits, "logits"));
+    const int64_t R = logits.dim(0), V = logits.dim(1);
+    for (int64_t r = 0; r < R; ++r) {
+      cpu::ProcessLogitsRow(logits.data<float>() + r * V, V, temperature, top_k, top_p,
+                            probs->data<float>() + r * V);
     }
     return absl::OkStatus();
   }

@@ -31,7 +31,7 @@ void QkvRope(const float* qkv, const int32_t* positions, const float* inv_freq,
       for (int h = 0; h < H; ++h) {
         Rotate(src + h * Dh, positions[t], inv_freq, Dh, q + (static_cast<int64_t>(t) * H + h) * Dh);
       }
-      int64_t slot = batch.Slot(s, batch.context_lens[s] + i);
+      int64_t slot = batch.Slot(s, batch.Position(s, i));
       for (int g = 0; g < Hkv; ++g) {
         Rotate(src + (H + g) * Dh, positions[t], inv_freq, Dh,
                k_cache + (slot * Hkv + g) * Dh);

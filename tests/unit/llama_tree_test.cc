@@ -99,6 +99,32 @@ TEST_F(LlamaTreeTest, TreeNodeLogitsEqualPathDecoding) {
   }
 }
 
+TEST_F(LlamaTreeTest, TreeGrownLevelByLevelEqualsOneCall) {
+  const std::vector<int32_t> prefix = {4, 8, 15, 16};
+  const std::vector<int32_t> tokens = {23, 42, 43, 50, 51, 52};
+  const std::vector<int32_t> parents = {-1, 0, 0, 1, 2, 2};
+  int64_t a = cache_->CreateSequence(), b = cache_->CreateSequence();
+  ForwardOutput one, lvl;
+  for (int64_t s : {a, b}) {
+    ASSERT_TRUE(cache_->Reserve(s, 16).ok());
+    ASSERT_TRUE(model_->Forward({{s, prefix, {}, LogitsMode::kNone}}, cache_.get(), &one).ok());
+    ASSERT_TRUE(cache_->Commit(s, prefix.size()).ok());
+  }
+  ASSERT_TRUE(model_->Forward({{a, tokens, parents, LogitsMode::kAll}}, cache_.get(), &one).ok());
+  // Levels {0}, {1, 2}, {3, 4, 5} in three calls.
+  std::vector<float> got;
+  const std::vector<std::pair<int, int>> levels = {{0, 1}, {1, 3}, {3, 6}};
+  for (auto [lo, hi] : levels) {
+    ForwardSeq fs{b, std::vector<int32_t>(tokens.begin() + lo, tokens.begin() + hi),
+                  std::vector<int32_t>(parents.begin(), parents.begin() + hi), LogitsMode::kAll};
+    fs.num_prior = lo;
+    ASSERT_TRUE(model_->Forward({fs}, cache_.get(), &lvl).ok());
+    got.insert(got.end(), lvl.logits.begin(), lvl.logits.end());
+  }
+  ASSERT_EQ(got.size(), one.logits.size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], one.logits[i]) << "element " << i;
+}
+
 TEST_F(LlamaTreeTest, CompactionKeepsOnlyAcceptedPath) {
   const std::vector<int32_t> prefix = {1, 2, 3};
   const std::vector<int32_t> tokens = {10, 20, 21, 30, 31, 40};

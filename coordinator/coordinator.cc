@@ -1,0 +1,269 @@
+#include "coordinator/coordinator.h"
+
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "core/util/status_macros.h"
+
+namespace treespec {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr std::chrono::milliseconds kProbeTimeout{2000};
+
+}  // namespace
+
+absl::Status CoordinatorOptions::Validate() const {
+  if (max_queue < 1) return absl::InvalidArgumentError("--max_queue must be >= 1");
+  if (max_batch < 1) return absl::InvalidArgumentError("--max_batch must be >= 1");
+  if (max_tree_nodes < 1) return absl::InvalidArgumentError("--max_tree_nodes must be >= 1");
+  if (default_max_tokens < 1) return absl::InvalidArgumentError("--default_max_tokens must be >= 1");
+  if (default_tree != "auto") TS_RETURN_IF_ERROR(TreeShape::Parse(default_tree).status());
+  for (absl::string_view t : absl::StrSplit(bandit_trees, ';', absl::SkipEmpty())) {
+    absl::StatusOr<TreeShape> s = TreeShape::Parse(t);
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--bandit_trees: ", s.status().message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
+    CoordinatorOptions options, std::vector<std::unique_ptr<WorkerClient>> workers,
+    std::vector<DrafterSpec> drafters, std::unique_ptr<Tokenizer> tokenizer) {
+  TS_RETURN_IF_ERROR(options.Validate());
+  if (workers.empty()) return absl::InvalidArgumentError("--workers: at least one worker is needed");
+  auto c = std::unique_ptr<Coordinator>(new Coordinator());
+  c->tokenizer_ = std::move(tokenizer);
+  for (auto& w : workers) {
+    auto e = std::make_unique<WorkerEndpoint>();
+    e->name = w->address();
+    e->client = std::move(w);
+    c->workers_.push_back(std::move(e));
+  }
+  for (auto& d : drafters) {
+    if (d.name == "none" || d.name == "auto" || d.name.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--drafters: '", d.name,
+                                                     "' cannot be used as a drafter name"));
+    }
+    auto e = std::make_unique<DrafterEndpoint>();
+    e->name = d.name;
+    e->client = std::move(d.client);
+    c->ctx_.drafters.insert(e->name);
+    c->drafters_.push_back(std::move(e));
+  }
+  if (options.default_drafter.empty()) {
+    options.default_drafter = c->drafters_.empty() ? "none" : c->drafters_[0]->name;
+  }
+  if (options.default_drafter != "none" && !c->ctx_.drafters.count(options.default_drafter)) {
+    return absl::InvalidArgumentError(absl::StrCat("--default_drafter: '", options.default_drafter,
+                                                   "' is not in --drafters"));
+  }
+  for (absl::string_view t : absl::StrSplit(options.bandit_trees, ';', absl::SkipEmpty())) {
+    options.lane.bandit_shapes.push_back(*TreeShape::Parse(t));
+  }
+  options.lane.tokenizer = c->tokenizer_.get();
+  options.lane.next_sequence_id = &c->next_sequence_id_;
+  options.lane.max_batch = options.max_batch;
+  c->ctx_.tokenizer = c->tokenizer_.get();
+  c->ctx_.default_drafter = options.default_drafter;
+  c->ctx_.default_tree = options.default_tree;
+  c->ctx_.max_tree_nodes = options.max_tree_nodes;
+  c->ctx_.default_max_tokens = options.default_max_tokens;
+  c->options_ = std::move(options);
+  return c;
+}
+
+Coordinator::~Coordinator() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (prober_.joinable()) prober_.join();
+  absl::MutexLock lock(&mu_);
+  lanes_.clear();
+}
+
+absl::Status Coordinator::Start() {
+  const Clock::time_point until = Clock::now() + options_.startup_timeout;
+  absl::Status last = absl::UnavailableError("no worker answered");
+  bool have = false;
+  while (!have && Clock::now() < until) {
+    for (auto& w : workers_) {
+      absl::StatusOr<v1::WorkerInfo> info = w->client->Info(kProbeTimeout);
+      if (!info.ok()) {
+        last = absl::UnavailableError(absl::StrCat("worker ", w->name, ": ", info.status().message()));
+        w->health.MarkFailed(Clock::now());
+        continue;
+      }
+      w->health.MarkHealthy();
+      if (!have) {
+        have = true;
+        ctx_.vocab_size = info->vocab_size();
+        ctx_.max_context = info->max_context();
+        ctx_.eos_token_ids.assign(info->eos_token_ids().begin(), info->eos_token_ids().end());
+        model_name_ = info->model();
+      } else if (info->vocab_size() != ctx_.vocab_size) {
+        return absl::FailedPreconditionError(absl::StrCat("worker ", w->name, " serves a vocabulary of ",
+                                                          info->vocab_size(), ", others ",
+                                                          ctx_.vocab_size));
+      }
+    }
+    if (!have) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  if (!have) return last;
+  if (tokenizer_ != nullptr && tokenizer_->vocab_size() > ctx_.vocab_size) {
+    return absl::FailedPreconditionError(absl::StrCat("--tokenizer has ", tokenizer_->vocab_size(),
+                                                      " tokens but the model only ",
+                                                      ctx_.vocab_size));
+  }
+  for (auto& d : drafters_) {
+    absl::StatusOr<v1::DrafterInfoResponse> info = d->client->Info(kProbeTimeout);
+    if (!info.ok()) {
+      d->health.MarkFailed(Clock::now());
+      continue;
+    }
+    if (info->vocab_size() != ctx_.vocab_size) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "drafter ", d->name, " at ", d->client->address(), " has a vocabulary of ",
+          info->vocab_size(), " but the target has ", ctx_.vocab_size));
+    }
+  }
+  prober_ = std::thread([this] { ProbeLoop(); });
+  return absl::OkStatus();
+}
+
+void Coordinator::ProbeLoop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stop_; };
+      if (mu_.AwaitWithTimeout(absl::Condition(&stopping), absl::Milliseconds(500))) return;
+    }
+    const Clock::time_point now = Clock::now();
+    for (auto& w : workers_) {
+      if (w->health.healthy() || !w->health.MayTry(now)) continue;
+      if (w->client->Info(kProbeTimeout).ok()) {
+        w->health.MarkHealthy();
+      } else {
+        w->health.MarkFailed(Clock::now());
+      }
+    }
+    for (auto& d : drafters_) {
+      if (d->health.healthy() || !d->health.MayTry(now)) continue;
+      if (d->client->Info(kProbeTimeout).ok()) {
+        d->health.MarkHealthy();
+      } else {
+        d->health.MarkFailed(Clock::now());
+      }
+    }
+  }
+}
+
+Lane* Coordinator::LaneFor(int worker, int drafter) {
+  auto key = std::make_pair(worker, drafter);
+  auto it = lanes_.find(key);
+  if (it != lanes_.end()) return it->second.get();
+  auto lane = std::make_unique<Lane>(workers_[worker].get(),
+                                     drafter >= 0 ? drafters_[drafter].get() : nullptr,
+                                     options_.lane);
+  Lane* raw = lane.get();
+  lanes_[key] = std::move(lane);
+  return raw;
+}
+
+absl::StatusOr<std::shared_ptr<RequestState>> Coordinator::Submit(
+    const v1::GenerateRequest& request, Clock::time_point received,
+    std::optional<Clock::time_point> deadline) {
+  TS_ASSIGN_OR_RETURN(GenerationRequest g, ValidateRequest(request, ctx_));
+  absl::MutexLock lock(&mu_);
+  int64_t waiting = 0;
+  for (auto& [key, lane] : lanes_) waiting += lane->waiting();
+  if (waiting >= options_.max_queue) {
+    return absl::ResourceExhaustedError(absl::StrCat("queue full: ", waiting,
+                                                     " requests waiting (limit ",
+                                                     options_.max_queue, "); retry later"));
+  }
+  const Clock::time_point now = Clock::now();
+  int best_worker = -1;
+  for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
+    if (!workers_[i]->health.healthy()) continue;
+    if (best_worker < 0 || workers_[i]->health.load() < workers_[best_worker]->health.load()) {
+      best_worker = i;
+    }
+  }
+  if (best_worker < 0) {
+    return absl::UnavailableError("no healthy worker group; retry later");
+  }
+  int best_drafter = -1;
+  if (g.drafter != "none") {
+    for (int i = 0; i < static_cast<int>(drafters_.size()); ++i) {
+      if (drafters_[i]->name != g.drafter) continue;
+      auto better = [&](int a, int b) {
+        const bool ha = drafters_[a]->health.MayTry(now), hb = drafters_[b]->health.MayTry(now);
+        if (ha != hb) return ha;
+        return drafters_[a]->health.load() < drafters_[b]->health.load();
+      };
+      if (best_drafter < 0 || better(i, best_drafter)) best_drafter = i;
+    }
+  }
+  auto state = std::make_shared<RequestState>(std::move(g), received, deadline);
+  workers_[best_worker]->health.AddLoad(1);
+  if (best_drafter >= 0) drafters_[best_drafter]->health.AddLoad(1);
+  LaneFor(best_worker, best_drafter)->Add(state);
+  return state;
+}
+
+v1::ModelInfo Coordinator::ModelInfo() const {
+  v1::ModelInfo info;
+  info.set_model(model_name_);
+  info.set_vocab_size(static_cast<int32_t>(ctx_.vocab_size));
+  info.set_max_context(static_cast<int32_t>(ctx_.max_context));
+  info.mutable_eos_token_ids()->Assign(ctx_.eos_token_ids.begin(), ctx_.eos_token_ids.end());
+  std::set<std::string> seen;
+  for (const auto& d : drafters_) {
+    if (seen.count(d->name)) continue;
+    seen.insert(d->name);
+    v1::DrafterInfo* di = info.add_drafters();
+    di->set_name(d->name);
+    bool healthy = false;
+    for (const auto& e : drafters_) healthy |= e->name == d->name && e->health.healthy();
+    di->set_healthy(healthy);
+  }
+  info.set_default_drafter(ctx_.default_drafter);
+  info.set_default_tree(ctx_.default_tree);
+  info.set_num_workers(static_cast<int32_t>(workers_.size()));
+  return info;
+}
+
+LaneStepStats Coordinator::TotalStats() const {
+  absl::MutexLock lock(&mu_);
+  LaneStepStats t;
+  for (const auto& [key, lane] : lanes_) {
+    LaneStepStats s = lane->stats();
+    t.steps += s.steps;
+    t.draft_ns += s.draft_ns;
+    t.verify_ns += s.verify_ns;
+    t.worker_forward_ns += s.worker_forward_ns;
+    t.drafter_reported_ns += s.drafter_reported_ns;
+    t.loop_ns += s.loop_ns;
+  }
+  return t;
+}
+
+int64_t Coordinator::NumWaiting() const {
+  absl::MutexLock lock(&mu_);
+  int64_t n = 0;
+  for (const auto& [key, lane] : lanes_) n += lane->waiting();
+  return n;
+}
+
+int64_t Coordinator::NumLive() const {
+  absl::MutexLock lock(&mu_);
+  int64_t n = 0;
+  for (const auto& [key, lane] : lanes_) n += lane->load() - lane->waiting();
+  return n;
+}
+
+}  // namespace treespec

@@ -1,0 +1,91 @@
+// Coordinator: the public endpoint's logic without gRPC. Validates requests,
+// admits them into a bounded queue, routes each to a (worker group, drafter
+// replica) pair — least loaded healthy worker and replica; a sequence sticks
+// to its pair — and owns the lanes that run the step loops. A background
+// prober marks failed endpoints healthy again when they answer.
+// Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/endpoints.h"
+#include "coordinator/lane.h"
+#include "coordinator/request.h"
+#include "coordinator/validate.h"
+#include "treespec/v1/generation.pb.h"
+
+namespace treespec {
+
+struct CoordinatorOptions {
+  std::string default_drafter;                // empty: the first drafter, or "none"
+  std::string default_tree = "3,2,2,1,1";     // shape or "auto"
+  std::string bandit_trees = "chain:4;3,2,2,1,1;3,3,2,1;2,2,2,2;4,2,1";
+  int max_queue = 256;                        // waiting (not yet admitted) requests
+  int max_batch = 64;                         // live sequences per lane
+  int64_t max_tree_nodes = 64;                // must fit workers' and drafters' limits
+  int32_t default_max_tokens = 128;
+  std::chrono::milliseconds startup_timeout{60000};
+  LaneOptions lane;                           // timeouts (shapes/tokenizer filled in)
+  absl::Status Validate() const;
+};
+
+struct DrafterSpec {
+  std::string name;
+  std::unique_ptr<DrafterClient> client;
+};
+
+class Coordinator {
+ public:
+  // Takes the clients of every worker group and drafter replica.
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(
+      CoordinatorOptions options, std::vector<std::unique_ptr<WorkerClient>> workers,
+      std::vector<DrafterSpec> drafters, std::unique_ptr<Tokenizer> tokenizer);
+  ~Coordinator();
+
+  // Waits (up to startup_timeout) for a worker to describe the model.
+  absl::Status Start();
+
+  // Validates and admits a request. INVALID_ARGUMENT / FAILED_PRECONDITION
+  // for bad requests, RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE
+  // when no worker is healthy.
+  absl::StatusOr<std::shared_ptr<RequestState>> Submit(
+      const v1::GenerateRequest& request, RequestState::Clock::time_point received,
+      std::optional<RequestState::Clock::time_point> deadline);
+
+  v1::ModelInfo ModelInfo() const;
+  const ValidationContext& validation() const { return ctx_; }
+  // Step statistics summed over lanes (benchmarks).
+  LaneStepStats TotalStats() const;
+  int64_t NumWaiting() const;
+  int64_t NumLive() const;
+  const std::vector<std::unique_ptr<WorkerEndpoint>>& workers() const { return workers_; }
+
+ private:
+  Coordinator() = default;
+  Lane* LaneFor(int worker, int drafter);
+  void ProbeLoop();
+
+  CoordinatorOptions options_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::vector<std::unique_ptr<WorkerEndpoint>> workers_;
+  std::vector<std::unique_ptr<DrafterEndpoint>> drafters_;
+  ValidationContext ctx_;
+  std::string model_name_;
+  std::atomic<uint64_t> next_sequence_id_{1};
+
+  mutable absl::Mutex mu_;
+  std::map<std::pair<int, int>, std::unique_ptr<Lane>> lanes_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread prober_;
+};
+
+}  // namespace treespec

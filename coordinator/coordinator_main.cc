@@ -1,0 +1,105 @@
+// treespec-coordinator: the public Generation endpoint.
+#include <cstdio>
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/generation_service.h"
+#include "rpc/server.h"
+#include "rpc/signals.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:0", "HOST:PORT to serve gRPC on (port 0: any free port)");
+ABSL_FLAG(std::string, workers, "", "Worker group addresses ADDR[,ADDR...] (rank 0 of each)");
+ABSL_FLAG(std::string, drafters, "",
+          "Drafter replicas NAME=ADDR[,NAME=ADDR...]; replicas may share a name");
+ABSL_FLAG(std::string, tokenizer, "", "Model directory whose tokenizer encodes text prompts");
+ABSL_FLAG(std::string, default_drafter, "", "Drafter for speculation.drafter=auto (default: first)");
+ABSL_FLAG(std::string, default_tree, "3,2,2,1,1", "Tree shape when a request names none, or auto");
+ABSL_FLAG(std::string, bandit_trees, "chain:4;3,2,2,1,1;3,3,2,1;2,2,2,2;4,2,1",
+          "Shapes the UCB bandit chooses from for tree=auto (';'-separated)");
+ABSL_FLAG(int32_t, max_queue, 256, "Requests waiting for admission before RESOURCE_EXHAUSTED");
+ABSL_FLAG(int32_t, max_batch, 64, "Live sequences per (worker, drafter) lane");
+ABSL_FLAG(int64_t, max_tree_nodes, 64, "Largest tree a request may ask for (root included)");
+ABSL_FLAG(int32_t, default_max_tokens, 128, "max_tokens when a request gives 0");
+ABSL_FLAG(int32_t, draft_timeout_ms, 5000, "Draft RPC deadline; slower drafts fall back");
+ABSL_FLAG(int32_t, verify_timeout_ms, 60000, "Verify RPC deadline");
+ABSL_FLAG(int32_t, startup_timeout_s, 60, "How long to wait for a worker at start-up");
+ABSL_FLAG(int32_t, shutdown_grace_s, 30, "Seconds streams may take to finish after SIGTERM");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate (enables TLS on the public port)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key");
+ABSL_FLAG(std::string, tls_ca, "", "PEM CA bundle (client side: verifies workers and drafters)");
+
+namespace treespec {
+namespace {
+
+int Fail(const absl::Status& st) {
+  std::cerr << "treespec-coordinator: " << st << std::endl;
+  return 1;
+}
+
+int Main() {
+  TlsFiles tls{absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+               absl::GetFlag(FLAGS_tls_ca)};
+  std::vector<std::unique_ptr<WorkerClient>> workers;
+  for (absl::string_view w : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',', absl::SkipEmpty())) {
+    if (absl::Status st = CheckHostPort("--workers", std::string(w)); !st.ok()) return Fail(st);
+    workers.push_back(MakeGrpcWorkerClient(std::string(w), tls));
+  }
+  std::vector<DrafterSpec> drafters;
+  for (absl::string_view d : absl::StrSplit(absl::GetFlag(FLAGS_drafters), ',', absl::SkipEmpty())) {
+    std::vector<std::string> kv = absl::StrSplit(d, absl::MaxSplits('=', 1));
+    if (kv.size() != 2 || kv[0].empty()) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat("--drafters: '", d, "' is not NAME=ADDR")));
+    }
+    if (absl::Status st = CheckHostPort("--drafters", kv[1]); !st.ok()) return Fail(st);
+    drafters.push_back({kv[0], MakeGrpcDrafterClient(kv[1], tls)});
+  }
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (!absl::GetFlag(FLAGS_tokenizer).empty()) {
+    auto tok = LoadTokenizer(absl::GetFlag(FLAGS_tokenizer));
+    if (!tok.ok()) return Fail(tok.status());
+    tokenizer = std::move(*tok);
+  }
+  CoordinatorOptions options;
+  options.default_drafter = absl::GetFlag(FLAGS_default_drafter);
+  options.default_tree = absl::GetFlag(FLAGS_default_tree);
+  options.bandit_trees = absl::GetFlag(FLAGS_bandit_trees);
+  options.max_queue = absl::GetFlag(FLAGS_max_queue);
+  options.max_batch = absl::GetFlag(FLAGS_max_batch);
+  options.max_tree_nodes = absl::GetFlag(FLAGS_max_tree_nodes);
+  options.default_max_tokens = absl::GetFlag(FLAGS_default_max_tokens);
+  options.startup_timeout = std::chrono::seconds(absl::GetFlag(FLAGS_startup_timeout_s));
+  options.lane.draft_timeout = std::chrono::milliseconds(absl::GetFlag(FLAGS_draft_timeout_ms));
+  options.lane.verify_timeout = std::chrono::milliseconds(absl::GetFlag(FLAGS_verify_timeout_ms));
+  auto coordinator = Coordinator::Create(options, std::move(workers), std::move(drafters),
+                                         std::move(tokenizer));
+  if (!coordinator.ok()) return Fail(coordinator.status());
+  if (absl::Status st = (*coordinator)->Start(); !st.ok()) return Fail(st);
+  GenerationService service(coordinator->get());
+  auto server = StartServer(absl::GetFlag(FLAGS_listen), {&service}, tls);
+  if (!server.ok()) return Fail(server.status());
+  std::printf("listening on %s\n", server->address.c_str());
+  std::fflush(stdout);
+  WaitForTerminationSignal();
+  server->server->GetHealthCheckService()->SetServingStatus(false);
+  server->server->Shutdown(std::chrono::system_clock::now() +
+                           std::chrono::seconds(absl::GetFlag(FLAGS_shutdown_grace_s)));
+  return 0;
+}
+
+}  // namespace
+}  // namespace treespec
+
+int main(int argc, char** argv) {
+  treespec::BlockTerminationSignals();
+  absl::SetProgramUsageMessage(
+      "Public endpoint: drafts, verifies and streams completions.\n"
+      "Usage: treespec-coordinator --listen HOST:PORT --workers ADDR[,ADDR...] "
+      "[--drafters NAME=ADDR[,...]] [--tokenizer DIR]");
+  absl::ParseCommandLine(argc, argv);
+  return treespec::Main();
+}

@@ -1,0 +1,49 @@
+// Worker groups and drafter replicas as the coordinator sees them: a client,
+// a health flag with retry back-off, and a load counter (live sequences).
+// Thread-safe (atomics and a mutex for the back-off clock).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/clients.h"
+
+namespace treespec {
+
+class EndpointHealth {
+ public:
+  using Clock = std::chrono::steady_clock;
+  bool healthy() const { return healthy_.load(); }
+  // A failed call: unhealthy, next retry after an exponential back-off.
+  void MarkFailed(Clock::time_point now);
+  void MarkHealthy();
+  // Whether a caller may try the endpoint now (healthy, or back-off over).
+  bool MayTry(Clock::time_point now) const;
+  int64_t load() const { return load_.load(); }
+  void AddLoad(int64_t delta) { load_.fetch_add(delta); }
+
+ private:
+  std::atomic<bool> healthy_{true};
+  std::atomic<int64_t> load_{0};
+  mutable absl::Mutex mu_;
+  Clock::time_point retry_at_ ABSL_GUARDED_BY(mu_);
+  std::chrono::milliseconds backoff_ ABSL_GUARDED_BY(mu_){250};
+};
+
+struct WorkerEndpoint {
+  std::string name;  // address
+  std::unique_ptr<WorkerClient> client;
+  EndpointHealth health;
+};
+
+struct DrafterEndpoint {
+  std::string name;  // drafter name (several replicas may share it)
+  std::unique_ptr<DrafterClient> client;
+  EndpointHealth health;
+};
+
+}  // namespace treespec

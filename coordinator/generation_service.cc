@@ -1,0 +1,44 @@
+#include "coordinator/generation_service.h"
+
+#include "rpc/status_convert.h"
+
+namespace treespec {
+
+grpc::Status GenerationService::Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
+                                         grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  const auto received = RequestState::Clock::now();
+  std::optional<RequestState::Clock::time_point> deadline;
+  const auto sys_deadline = ctx->deadline();
+  if (sys_deadline != std::chrono::system_clock::time_point::max()) {
+    deadline = received + std::chrono::duration_cast<RequestState::Clock::duration>(
+                              sys_deadline - std::chrono::system_clock::now());
+  }
+  absl::StatusOr<std::shared_ptr<RequestState>> state =
+      coordinator_->Submit(*req, received, deadline);
+  if (!state.ok()) return ToGrpc(state.status());
+  while (true) {
+    v1::GenerateResponse chunk;
+    bool done = false;
+    absl::Status status;
+    if ((*state)->Pop(absl::Milliseconds(20), &chunk, &done, &status)) {
+      if (!writer->Write(chunk)) {
+        (*state)->Cancel();
+        return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+      }
+      continue;
+    }
+    if (done) return ToGrpc(status);
+    if (ctx->IsCancelled()) {
+      (*state)->Cancel();
+      return grpc::Status(grpc::StatusCode::CANCELLED, "request cancelled");
+    }
+  }
+}
+
+grpc::Status GenerationService::GetModelInfo(grpc::ServerContext*, const v1::GetModelInfoRequest*,
+                                             v1::ModelInfo* resp) {
+  *resp = coordinator_->ModelInfo();
+  return grpc::Status::OK;
+}
+
+}  // namespace treespec

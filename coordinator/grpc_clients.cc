@@ -1,0 +1,99 @@
+#include "coordinator/clients.h"
+#include "rpc/status_convert.h"
+#include "treespec/v1/drafter.grpc.pb.h"
+#include "treespec/v1/worker.grpc.pb.h"
+
+namespace treespec {
+namespace {
+
+template <typename Resp, typename Call>
+absl::StatusOr<Resp> Unary(std::chrono::milliseconds timeout, Call call) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  Resp resp;
+  grpc::Status st = call(&ctx, &resp);
+  if (!st.ok()) return FromGrpc(st);
+  return resp;
+}
+
+class GrpcWorkerClient final : public WorkerClient {
+ public:
+  GrpcWorkerClient(std::string address, const TlsFiles& tls)
+      : address_(std::move(address)), stub_(v1::Worker::NewStub(MakeChannel(address_, tls))) {}
+  const std::string& address() const override { return address_; }
+  absl::StatusOr<v1::WorkerOpenResponse> Open(const v1::WorkerOpenRequest& req,
+                                              std::chrono::milliseconds t) override {
+    return Unary<v1::WorkerOpenResponse>(
+        t, [&](grpc::ClientContext* c, v1::WorkerOpenResponse* r) { return stub_->Open(c, req, r); });
+  }
+  absl::StatusOr<v1::VerifyResponse> Verify(const v1::VerifyRequest& req,
+                                            std::chrono::milliseconds t) override {
+    return Unary<v1::VerifyResponse>(
+        t, [&](grpc::ClientContext* c, v1::VerifyResponse* r) { return stub_->Verify(c, req, r); });
+  }
+  absl::Status Release(const v1::ReleaseRequest& req, std::chrono::milliseconds t) override {
+    return Unary<v1::ReleaseResponse>(
+               t, [&](grpc::ClientContext* c, v1::ReleaseResponse* r) {
+                 return stub_->Release(c, req, r);
+               })
+        .status();
+  }
+  absl::StatusOr<v1::WorkerInfo> Info(std::chrono::milliseconds t) override {
+    v1::GetWorkerInfoRequest req;
+    return Unary<v1::WorkerInfo>(
+        t, [&](grpc::ClientContext* c, v1::WorkerInfo* r) { return stub_->GetWorkerInfo(c, req, r); });
+  }
+
+ private:
+  std::string address_;
+  std::unique_ptr<v1::Worker::Stub> stub_;
+};
+
+class GrpcDrafterClient final : public DrafterClient {
+ public:
+  GrpcDrafterClient(std::string address, const TlsFiles& tls)
+      : address_(std::move(address)), stub_(v1::Drafter::NewStub(MakeChannel(address_, tls))) {}
+  const std::string& address() const override { return address_; }
+  absl::StatusOr<v1::DrafterOpenResponse> Open(const v1::DrafterOpenRequest& req,
+                                               std::chrono::milliseconds t) override {
+    return Unary<v1::DrafterOpenResponse>(t, [&](grpc::ClientContext* c, v1::DrafterOpenResponse* r) {
+      return stub_->Open(c, req, r);
+    });
+  }
+  absl::StatusOr<v1::DraftResponse> Draft(const v1::DraftRequest& req,
+                                          std::chrono::milliseconds t) override {
+    return Unary<v1::DraftResponse>(
+        t, [&](grpc::ClientContext* c, v1::DraftResponse* r) { return stub_->Draft(c, req, r); });
+  }
+  absl::Status Release(const v1::ReleaseDraftsRequest& req, std::chrono::milliseconds t) override {
+    return Unary<v1::ReleaseDraftsResponse>(t, [&](grpc::ClientContext* c,
+                                                   v1::ReleaseDraftsResponse* r) {
+             return stub_->Release(c, req, r);
+           })
+        .status();
+  }
+  absl::StatusOr<v1::DrafterInfoResponse> Info(std::chrono::milliseconds t) override {
+    v1::GetDrafterInfoRequest req;
+    return Unary<v1::DrafterInfoResponse>(t, [&](grpc::ClientContext* c, v1::DrafterInfoResponse* r) {
+      return stub_->GetDrafterInfo(c, req, r);
+    });
+  }
+
+ private:
+  std::string address_;
+  std::unique_ptr<v1::Drafter::Stub> stub_;
+};
+
+}  // namespace
+
+std::unique_ptr<WorkerClient> MakeGrpcWorkerClient(const std::string& address,
+                                                   const TlsFiles& tls) {
+  return std::make_unique<GrpcWorkerClient>(address, tls);
+}
+
+std::unique_ptr<DrafterClient> MakeGrpcDrafterClient(const std::string& address,
+                                                     const TlsFiles& tls) {
+  return std::make_unique<GrpcDrafterClient>(address, tls);
+}
+
+}  // namespace treespec

@@ -1,0 +1,82 @@
+// Drafter: one drafter model serving many sequences, behind one interface for
+// every drafter kind (mamba, transformer; later EAGLE and ReDrafter heads).
+// The service layer (drafter_service.cc) only translates proto <-> these types.
+//
+// Per sequence a drafter holds its model state over the committed tokens and
+// the states of the last tree's nodes. Draft takes, per sequence, the tokens
+// committed since its previous call (accepted drafts then the bonus token) and
+// returns a new tree rooted at the last of them. Steps are numbered from 1; a
+// repeated or out-of-order step is rejected (ABORTED) and changes nothing.
+// Failures are per sequence.
+//
+// Thread-safe: implementations serialise calls internally.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/spec/token_tree.h"
+#include "core/spec/tree_shape.h"
+
+namespace treespec {
+
+struct DrafterOpenSpec {
+  uint64_t id = 0;
+  std::vector<int32_t> prompt;  // committed tokens before the first root
+};
+
+struct DraftSpec {
+  uint64_t id = 0;
+  uint64_t step = 0;
+  std::vector<int32_t> new_tokens;  // non-empty; last = root of the new tree
+  TreeShape shape = *TreeShape::Chain(1);
+  float temperature = 0.0f;  // 0: greedy drafting (top children, no q)
+  int32_t top_k = 0;         // support of q; 0: default
+  uint64_t seed = 0;
+};
+
+struct DraftOutcome {
+  uint64_t id = 0;
+  uint64_t step = 0;
+  absl::Status status;
+  TokenTree tree;
+};
+
+struct DrafterStats {
+  int64_t num_sequences = 0;
+  int64_t slots_free = 0;
+  int64_t slots_total = 0;
+};
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  virtual std::string kind() const = 0;
+  virtual int64_t vocab_size() const = 0;
+  virtual std::vector<absl::Status> Open(const std::vector<DrafterOpenSpec>& specs) = 0;
+  virtual std::vector<DraftOutcome> Draft(const std::vector<DraftSpec>& specs) = 0;
+  virtual int Release(const std::vector<uint64_t>& ids) = 0;
+  virtual DrafterStats Stats() const = 0;
+};
+
+struct DrafterOptions {
+  std::string kind;             // "mamba" | "transformer"
+  std::string model_dir;
+  int64_t max_sequences = 64;
+  int64_t max_tree_nodes = 64;  // root included
+  int64_t max_context = 4096;   // transformer: KV per sequence
+  int32_t default_top_k = 8;
+  bool use_graphs = true;       // CUDA graphs for batched steps where supported
+  absl::Status Validate() const;
+};
+
+// Creates a drafter of options.kind on `backend` (which must outlive it).
+class Backend;
+absl::StatusOr<std::unique_ptr<Drafter>> CreateDrafter(const DrafterOptions& options,
+                                                       Backend* backend);
+
+}  // namespace treespec

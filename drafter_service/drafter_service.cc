@@ -1,0 +1,96 @@
+#include "drafter_service/drafter_service.h"
+
+#include <chrono>
+
+#include "rpc/proto_convert.h"
+#include "rpc/status_convert.h"
+
+namespace treespec {
+
+grpc::Status DrafterService::Open(grpc::ServerContext*, const v1::DrafterOpenRequest* req,
+                                  v1::DrafterOpenResponse* resp) {
+  std::vector<DrafterOpenSpec> specs;
+  for (const v1::DrafterOpenSequence& s : req->sequences()) {
+    specs.push_back({s.sequence_id(), std::vector<int32_t>(s.prompt().begin(), s.prompt().end())});
+  }
+  std::vector<absl::Status> out = drafter_->Open(specs);
+  for (size_t i = 0; i < out.size(); ++i) {
+    v1::DrafterOpenResult* r = resp->add_results();
+    r->set_sequence_id(specs[i].id);
+    ToProto(out[i], r->mutable_status());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status DrafterService::Draft(grpc::ServerContext*, const v1::DraftRequest* req,
+                                   v1::DraftResponse* resp) {
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<DraftSpec> specs;
+  std::vector<absl::Status> bad(req->sequences_size());
+  for (int i = 0; i < req->sequences_size(); ++i) {
+    const v1::DraftSequence& s = req->sequences(i);
+    DraftSpec spec;
+    spec.id = s.sequence_id();
+    spec.step = s.step();
+    spec.new_tokens.assign(s.new_tokens().begin(), s.new_tokens().end());
+    absl::StatusOr<TreeShape> shape = TreeShape::Parse(s.tree());
+    if (shape.ok()) {
+      spec.shape = *shape;
+    } else {
+      bad[i] = shape.status();
+      spec.shape = *TreeShape::Chain(1);
+    }
+    spec.temperature = s.temperature();
+    spec.top_k = s.top_k();
+    spec.seed = s.seed();
+    specs.push_back(std::move(spec));
+  }
+  // Sequences with a malformed shape are answered without drafting.
+  std::vector<DraftSpec> good;
+  std::vector<int> good_index;
+  for (int i = 0; i < static_cast<int>(specs.size()); ++i) {
+    if (bad[i].ok()) {
+      good.push_back(specs[i]);
+      good_index.push_back(i);
+    }
+  }
+  std::vector<DraftOutcome> out = drafter_->Draft(good);
+  std::vector<const DraftOutcome*> by_index(specs.size(), nullptr);
+  for (size_t g = 0; g < out.size(); ++g) by_index[good_index[g]] = &out[g];
+  for (size_t i = 0; i < specs.size(); ++i) {
+    v1::DraftResult* r = resp->add_results();
+    r->set_sequence_id(specs[i].id);
+    r->set_step(specs[i].step);
+    if (by_index[i] == nullptr) {
+      ToProto(bad[i], r->mutable_status());
+      continue;
+    }
+    ToProto(by_index[i]->status, r->mutable_status());
+    if (by_index[i]->status.ok()) ToProto(by_index[i]->tree, r->mutable_tree());
+  }
+  resp->set_draft_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         std::chrono::steady_clock::now() - t0)
+                         .count());
+  return grpc::Status::OK;
+}
+
+grpc::Status DrafterService::Release(grpc::ServerContext*, const v1::ReleaseDraftsRequest* req,
+                                     v1::ReleaseDraftsResponse* resp) {
+  std::vector<uint64_t> ids(req->sequence_ids().begin(), req->sequence_ids().end());
+  resp->set_num_released(drafter_->Release(ids));
+  return grpc::Status::OK;
+}
+
+grpc::Status DrafterService::GetDrafterInfo(grpc::ServerContext*, const v1::GetDrafterInfoRequest*,
+                                            v1::DrafterInfoResponse* resp) {
+  DrafterStats s = drafter_->Stats();
+  resp->set_kind(drafter_->kind());
+  resp->set_model(model_);
+  resp->set_vocab_size(static_cast<int32_t>(drafter_->vocab_size()));
+  resp->set_num_sequences(static_cast<int32_t>(s.num_sequences));
+  resp->set_slots_free(s.slots_free);
+  resp->set_slots_total(s.slots_total);
+  return grpc::Status::OK;
+}
+
+}  // namespace treespec

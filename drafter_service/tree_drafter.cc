@@ -1,0 +1,227 @@
+#include "drafter_service/tree_drafter.h"
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "core/spec/philox.h"
+#include "core/spec/sampling.h"
+
+namespace treespec {
+namespace {
+
+// Children of one node: the N most likely tokens (greedy), or N tokens drawn
+// without replacement from q (returned in `q`).
+std::vector<int32_t> ChooseChildren(const float* logits, int64_t vocab, int n, const DraftSpec& spec,
+                                    int32_t node, SparseDist* q) {
+  if (spec.temperature <= 0.0f) {
+    return TopKDist(logits, vocab, n, 1.0f).tokens;
+  }
+  const int k = std::max(n, spec.top_k);
+  *q = TopKDist(logits, vocab, k, spec.temperature);
+  SparseDist remaining = *q;
+  std::vector<int32_t> children;
+  for (int j = 0; j < n; ++j) {
+    double mass = 0.0;
+    for (float p : remaining.probs) mass += p;
+    if (mass <= 0.0) break;
+    const double u = Uniform(RngKey{spec.seed, RngStream::kDraft, static_cast<uint32_t>(spec.step),
+                                    static_cast<uint32_t>(node)},
+                             static_cast<uint32_t>(j));
+    const int32_t tok = SampleSparse(remaining, u);
+    children.push_back(tok);
+    for (size_t t = 0; t < remaining.tokens.size(); ++t) {
+      if (remaining.tokens[t] == tok) remaining.probs[t] = 0.0f;
+    }
+  }
+  return children;
+}
+
+}  // namespace
+
+absl::Status DrafterOptions::Validate() const {
+  if (kind != "mamba" && kind != "transformer") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kind '", kind, "' is not a drafter kind (mamba, transformer)"));
+  }
+  if (model_dir.empty()) return absl::InvalidArgumentError("--model is required");
+  if (max_sequences < 1) return absl::InvalidArgumentError("--max-sequences must be >= 1");
+  if (max_tree_nodes < 2 || max_tree_nodes > kMaxTreeNodes) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-tree-nodes must be in [2, ",
+                                                   kMaxTreeNodes, "], got ", max_tree_nodes));
+  }
+  if (default_top_k < 1) return absl::InvalidArgumentError("--top-k must be >= 1");
+  return absl::OkStatus();
+}
+
+std::vector<absl::Status> TreeDrafter::Open(const std::vector<DrafterOpenSpec>& specs) {
+  absl::MutexLock lock(&mu_);
+  std::vector<absl::Status> out;
+  for (const DrafterOpenSpec& spec : specs) {
+    if (seqs_.count(spec.id)) {
+      out.push_back(absl::AlreadyExistsError(absl::StrCat("sequence_id ", spec.id,
+                                                          " is already open")));
+      continue;
+    }
+    if (static_cast<int64_t>(seqs_.size()) >= options_.max_sequences) {
+      out.push_back(absl::ResourceExhaustedError(
+          absl::StrCat("drafter is at its limit of ", options_.max_sequences, " sequences")));
+      continue;
+    }
+    absl::Status st;
+    for (size_t i = 0; i < spec.prompt.size() && st.ok(); ++i) {
+      if (spec.prompt[i] < 0 || spec.prompt[i] >= vocab_size()) {
+        st = absl::InvalidArgumentError(absl::StrCat("prompt[", i, "] = ", spec.prompt[i],
+                                                     " is outside the vocabulary"));
+      }
+    }
+    if (st.ok()) st = OpenSequence(spec.id, spec.prompt);
+    if (st.ok()) seqs_[spec.id] = SeqState{};
+    out.push_back(st);
+  }
+  return out;
+}
+
+std::vector<DraftOutcome> TreeDrafter::Draft(const std::vector<DraftSpec>& specs) {
+  absl::MutexLock lock(&mu_);
+  const int64_t V = vocab_size();
+  std::vector<DraftOutcome> out(specs.size());
+  std::vector<AdvanceItem> items;
+  std::vector<size_t> item_index;
+  std::set<uint64_t> seen;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const DraftSpec& s = specs[i];
+    DraftOutcome& o = out[i];
+    o.id = s.id;
+    o.step = s.step;
+    auto it = seqs_.find(s.id);
+    if (it == seqs_.end()) {
+      o.status = absl::NotFoundError(absl::StrCat("sequence_id ", s.id, " is not open"));
+    } else if (!seen.insert(s.id).second) {
+      o.status = absl::InvalidArgumentError(absl::StrCat("sequence_id ", s.id, " appears twice"));
+    } else if (it->second.broken) {
+      o.status = absl::FailedPreconditionError(absl::StrCat(
+          "sequence ", s.id, " lost its drafter state in an earlier failure; release and reopen it"));
+    } else if (s.step != it->second.next_step) {
+      o.status = absl::AbortedError(absl::StrCat(
+          "draft step ", s.step, " of sequence ", s.id,
+          s.step < it->second.next_step ? " was already drafted" : " is out of order",
+          " (expected ", it->second.next_step, ")"));
+    } else if (s.new_tokens.empty()) {
+      o.status = absl::InvalidArgumentError("new_tokens is empty");
+    } else if (s.shape.NumNodes() > options_.max_tree_nodes) {
+      o.status = absl::InvalidArgumentError(absl::StrCat("tree '", s.shape.ToString(), "' has ",
+                                                         s.shape.NumNodes(),
+                                                         " nodes; this drafter allows ",
+                                                         options_.max_tree_nodes));
+    } else if (s.top_k < 0) {
+      o.status = absl::InvalidArgumentError(absl::StrCat("top_k ", s.top_k, " is negative"));
+    } else if (!(s.temperature >= 0.0f && s.temperature <= 100.0f)) {
+      o.status = absl::InvalidArgumentError(absl::StrCat("temperature ", s.temperature,
+                                                         " is outside [0, 100]"));
+    } else {
+      for (size_t t = 0; t < s.new_tokens.size() && o.status.ok(); ++t) {
+        if (s.new_tokens[t] < 0 || s.new_tokens[t] >= V) {
+          o.status = absl::InvalidArgumentError(absl::StrCat(
+              "new_tokens[", t, "] = ", s.new_tokens[t], " is outside the vocabulary [0, ", V, ")"));
+        }
+      }
+    }
+    if (!o.status.ok()) continue;
+    items.push_back({s.id, &it->second.last_tree, &s.new_tokens});
+    item_index.push_back(i);
+  }
+  if (items.empty()) return out;
+
+  std::vector<float> root_logits;
+  std::vector<absl::Status> adv_status(items.size());
+  Advance(items, &root_logits, &adv_status);
+
+  // Per sequence: the tree being built, each node's logits, its frontier.
+  std::map<uint64_t, TokenTree> trees;
+  std::map<uint64_t, std::vector<std::vector<float>>> node_logits;
+  std::map<uint64_t, std::vector<int32_t>> frontier;
+  std::map<uint64_t, size_t> spec_of;
+  int32_t max_depth = 0;
+  for (size_t k = 0; k < items.size(); ++k) {
+    const size_t i = item_index[k];
+    if (!adv_status[k].ok()) {
+      out[i].status = adv_status[k];
+      seqs_[specs[i].id].broken = true;
+      continue;
+    }
+    const DraftSpec& s = specs[i];
+    trees[s.id] = TokenTree::Root(s.new_tokens.back());
+    node_logits[s.id].emplace_back(root_logits.begin() + k * V, root_logits.begin() + (k + 1) * V);
+    frontier[s.id] = {0};
+    spec_of[s.id] = i;
+    max_depth = std::max(max_depth, s.shape.Depth());
+  }
+  absl::Status level_status;
+  for (int32_t level = 0; level < max_depth && level_status.ok(); ++level) {
+    std::vector<NodeFeed> feeds;
+    for (auto& [id, tree] : trees) {
+      const DraftSpec& s = specs[spec_of[id]];
+      if (level >= s.shape.Depth()) continue;
+      const int n = s.shape.fanouts()[level];
+      std::vector<int32_t> next;
+      for (int32_t parent : frontier[id]) {
+        SparseDist q;
+        std::vector<int32_t> children =
+            ChooseChildren(node_logits[id][parent].data(), V, n, s, parent, &q);
+        if (!q.tokens.empty()) {
+          tree.draft.resize(tree.tokens.size());
+          tree.draft[parent] = std::move(q);
+        }
+        for (int32_t tok : children) {
+          int32_t node = tree.AddNode(parent, tok);
+          feeds.push_back({id, node, parent, tok});
+          next.push_back(node);
+        }
+      }
+      frontier[id] = std::move(next);
+    }
+    if (feeds.empty()) break;
+    std::vector<float> logits;
+    level_status = Expand(feeds, trees, &logits);
+    if (!level_status.ok()) break;
+    for (size_t f = 0; f < feeds.size(); ++f) {
+      auto& rows = node_logits[feeds[f].id];
+      rows.resize(std::max<size_t>(rows.size(), feeds[f].node + 1));
+      rows[feeds[f].node].assign(logits.begin() + f * V, logits.begin() + (f + 1) * V);
+    }
+  }
+  for (auto& [id, tree] : trees) {
+    DraftOutcome& o = out[spec_of[id]];
+    SeqState& st = seqs_[id];
+    if (!level_status.ok()) {
+      o.status = level_status;
+      st.broken = true;
+      continue;
+    }
+    if (!tree.draft.empty()) tree.draft.resize(tree.tokens.size());
+    st.last_tree = tree;
+    st.next_step += 1;
+    o.tree = std::move(tree);
+  }
+  return out;
+}
+
+int TreeDrafter::Release(const std::vector<uint64_t>& ids) {
+  absl::MutexLock lock(&mu_);
+  int n = 0;
+  for (uint64_t id : ids) {
+    if (seqs_.erase(id) == 0) continue;
+    ReleaseSequence(id);
+    ++n;
+  }
+  return n;
+}
+
+DrafterStats TreeDrafter::Stats() const {
+  absl::MutexLock lock(&mu_);
+  DrafterStats s = ModelStats();
+  s.num_sequences = static_cast<int64_t>(seqs_.size());
+  return s;
+}
+
+}  // namespace treespec

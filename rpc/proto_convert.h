@@ -1,0 +1,21 @@
+// Conversions between treespec.v1 messages and core types (trees, sampling
+// parameters, verification modes). Validation of request data happens in
+// core (TokenTree::Validate, SamplingParams::Validate); these only copy.
+#pragma once
+
+#include "core/spec/sampling.h"
+#include "core/spec/token_tree.h"
+#include "core/spec/verify.h"
+#include "treespec/v1/common.pb.h"
+
+namespace treespec {
+
+void ToProto(const TokenTree& tree, v1::TokenTree* out);
+TokenTree FromProto(const v1::TokenTree& tree);
+void ToProto(const SamplingParams& params, uint64_t seed, v1::SamplingParams* out);
+SamplingParams FromProto(const v1::SamplingParams& params);
+v1::VerificationMode ToProto(VerifyMode mode);
+// UNSPECIFIED resolves by temperature: greedy at 0, multi-round otherwise.
+VerifyMode FromProto(v1::VerificationMode mode, const SamplingParams& params);
+
+}  // namespace treespec

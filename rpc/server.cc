@@ -1,0 +1,82 @@
+#include "rpc/server.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "core/util/mapped_file.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+
+namespace treespec {
+
+absl::Status CheckHostPort(const std::string& flag, const std::string& value) {
+  size_t colon = value.rfind(':');
+  int port = -1;
+  if (colon == std::string::npos || colon == 0 ||
+      !absl::SimpleAtoi(value.substr(colon + 1), &port) || port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": '", value, "' is not HOST:PORT (port 0-65535)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RunningServer> StartServer(const std::string& listen,
+                                          const std::vector<grpc::Service*>& services,
+                                          const TlsFiles& tls) {
+  if (absl::Status st = CheckHostPort("--listen", listen); !st.ok()) return st;
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+  if (tls.enabled()) {
+    auto cert = ReadFileToString(tls.cert);
+    auto key = ReadFileToString(tls.key);
+    if (!cert.ok()) return cert.status();
+    if (!key.ok()) return key.status();
+    grpc::SslServerCredentialsOptions opts;
+    opts.pem_key_cert_pairs.push_back({*key, *cert});
+    if (!tls.ca.empty()) {
+      auto ca = ReadFileToString(tls.ca);
+      if (!ca.ok()) return ca.status();
+      opts.pem_root_certs = *ca;
+    }
+    creds = grpc::SslServerCredentials(opts);
+  }
+  int port = 0;
+  builder.AddListeningPort(listen, creds, &port);
+  builder.SetMaxReceiveMessageSize(64 << 20);
+  builder.SetMaxSendMessageSize(64 << 20);
+  for (grpc::Service* s : services) builder.RegisterService(s);
+  RunningServer out;
+  out.server = builder.BuildAndStart();
+  if (out.server == nullptr || port == 0) {
+    return absl::UnavailableError(absl::StrCat("--listen: cannot listen on '", listen, "'"));
+  }
+  out.server->GetHealthCheckService()->SetServingStatus(true);
+  out.address = absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
+  return out;
+}
+
+std::shared_ptr<grpc::ChannelCredentials> ClientCredentials(const TlsFiles& tls) {
+  if (tls.ca.empty()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions opts;
+  auto ca = ReadFileToString(tls.ca);
+  if (ca.ok()) opts.pem_root_certs = *ca;
+  if (tls.enabled()) {
+    auto cert = ReadFileToString(tls.cert);
+    auto key = ReadFileToString(tls.key);
+    if (cert.ok() && key.ok()) {
+      opts.pem_cert_chain = *cert;
+      opts.pem_private_key = *key;
+    }
+  }
+  return grpc::SslCredentials(opts);
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const TlsFiles& tls) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetMaxSendMessageSize(64 << 20);
+  return grpc::CreateCustomChannel(address, ClientCredentials(tls), args);
+}
+
+}  // namespace treespec

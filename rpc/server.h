@@ -1,0 +1,40 @@
+// Starting a gRPC server the way every treespec binary does: listening on
+// HOST:PORT (port 0 picks a free one), with grpc.health.v1 and server
+// reflection registered, TLS when certificate files are given.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/grpcpp.h"
+
+namespace treespec {
+
+struct TlsFiles {
+  std::string cert;  // PEM certificate chain; empty: plaintext
+  std::string key;   // PEM private key
+  std::string ca;    // PEM CA bundle for clients (and for verifying peers)
+  bool enabled() const { return !cert.empty(); }
+};
+
+struct RunningServer {
+  std::unique_ptr<grpc::Server> server;
+  std::string address;  // HOST:PORT actually bound
+};
+
+// Builds and starts a server for `services` on `listen`. The health service
+// reports SERVING for "" once started.
+absl::StatusOr<RunningServer> StartServer(const std::string& listen,
+                                          const std::vector<grpc::Service*>& services,
+                                          const TlsFiles& tls = {});
+
+// Client channel credentials: TLS with `tls.ca` if set, else insecure.
+std::shared_ptr<grpc::ChannelCredentials> ClientCredentials(const TlsFiles& tls);
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const TlsFiles& tls);
+
+// Splits "host:port"; INVALID_ARGUMENT naming `flag` on a bad value.
+absl::Status CheckHostPort(const std::string& flag, const std::string& value);
+
+}  // namespace treespec

@@ -1,0 +1,38 @@
+// gRPC Worker service: translates treespec.v1 Worker messages to TargetRunner
+// calls and back. No logic of its own.
+#pragma once
+
+#include <string>
+
+#include "treespec/v1/worker.grpc.pb.h"
+#include "worker/target_runner.h"
+
+namespace treespec {
+
+struct WorkerIdentity {
+  std::string model;
+  std::string device;
+  int tp_size = 1;
+  std::vector<int32_t> eos_token_ids;
+};
+
+class WorkerService final : public v1::Worker::Service {
+ public:
+  WorkerService(TargetRunner* runner, WorkerIdentity identity)
+      : runner_(runner), identity_(std::move(identity)) {}
+
+  grpc::Status Open(grpc::ServerContext* ctx, const v1::WorkerOpenRequest* req,
+                    v1::WorkerOpenResponse* resp) override;
+  grpc::Status Verify(grpc::ServerContext* ctx, const v1::VerifyRequest* req,
+                      v1::VerifyResponse* resp) override;
+  grpc::Status Release(grpc::ServerContext* ctx, const v1::ReleaseRequest* req,
+                       v1::ReleaseResponse* resp) override;
+  grpc::Status GetWorkerInfo(grpc::ServerContext* ctx, const v1::GetWorkerInfoRequest* req,
+                             v1::WorkerInfo* resp) override;
+
+ private:
+  TargetRunner* runner_;
+  WorkerIdentity identity_;
+};
+
+}  // namespace treespec
