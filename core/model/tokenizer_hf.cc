@@ -3,10 +3,10 @@
 // and the decoder chain compiled into DecodeRules.
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "core/model/added_tokens.h"
 #include "core/model/bpe.h"

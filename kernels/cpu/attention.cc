@@ -22,7 +22,7 @@ void Attention(const float* q, const float* k_cache, const float* v_cache,
   for (int s = 0; s < batch.num_seqs; ++s) {
     work += static_cast<int64_t>(batch.num_new(s)) * (batch.context_lens[s] + batch.tail_len(s));
   }
-#pragma omp parallel if (work * H * Dh > (1 << 16))
+#pragma omp parallel if (work * H * Dh > (1 << 21))
   {
     std::vector<int64_t> slots;
     std::vector<float> scores;

@@ -56,7 +56,7 @@ __attribute__((target("avx2,fma"))) void TileAvx2(const float* x, const float* w
 __attribute__((target("avx2,fma"))) void LinearAvx2(const float* x, const float* w, int T,
                                                     int K, int N, float* out) {
   constexpr int kNB = 16;  // weight rows per L1 block
-#pragma omp parallel for schedule(static) if (static_cast<int64_t>(N) * K * T > (1 << 18))
+#pragma omp parallel for schedule(static) if (static_cast<int64_t>(N) * K * T > (1 << 22))
   for (int nb = 0; nb < N; nb += kNB) {
     const int ne = std::min(N, nb + kNB);
     int t = 0;
@@ -87,7 +87,7 @@ __attribute__((target("avx2,fma"))) void LinearAvx2(const float* x, const float*
 
 // ---- portable path (same invariance, no SIMD requirement) --------------------
 void LinearPortable(const float* x, const float* w, int T, int K, int N, float* out) {
-#pragma omp parallel for schedule(static) if (static_cast<int64_t>(N) * K * T > (1 << 18))
+#pragma omp parallel for schedule(static) if (static_cast<int64_t>(N) * K * T > (1 << 22))
   for (int n = 0; n < N; ++n) {
     const float* wr = w + static_cast<int64_t>(n) * K;
     for (int t = 0; t < T; ++t) {

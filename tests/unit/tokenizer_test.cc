@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/model/pretokenizer.h"
 #include "core/model/utf8.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -57,13 +58,18 @@ std::string SentencePiecePath(const std::string& relative) {
   return testing::SharedModels() + "/" + relative;
 }
 
+std::string SkipMessage(const std::string& path) {
+  return "needs " + path + " from ../shared/models, which is not there (point "
+         "TREESPEC_SHARED_MODELS at a copy to run this test)";
+}
+
 // Loads the tokenizer a golden entry was made from; "" or a skip reason.
 std::unique_ptr<Tokenizer> LoadGolden(const json& entry, std::string* skip) {
   std::string path;
   if (entry["kind"] == "sentencepiece") {
     path = SentencePiecePath(entry["model"].get<std::string>());
     if (!std::filesystem::exists(path)) {
-      *skip = "needs " + path + " (../shared/models); set TREESPEC_SHARED_MODELS";
+      *skip = SkipMessage(path);
       return nullptr;
     }
   } else {
@@ -249,7 +255,7 @@ TEST(TokenizerTest, StreamsByteFallbackRun) {
 
 TEST(TokenizerTest, StreamsSentencePieceBytesEagerly) {
   const std::string path = SentencePiecePath("stories260K/tok512.model");
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << "needs " << path;
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << SkipMessage(path);
   auto tok = MustLoad(path);
   ASSERT_NE(tok, nullptr);
   auto ids = tok->Encode("a→b", false);
@@ -271,6 +277,40 @@ TEST(TokenizerTest, StreamingCleanUpHoldsBackOnlyWhatCanChange) {
   ASSERT_TRUE(ids.ok());
   EXPECT_EQ(tok->Decode(*ids), "Hello, world! Don't stop");
   EXPECT_EQ(Stream(*tok, *ids), "Hello, world! Don't stop");
+}
+
+TEST(TokenizerTest, DetokenizerResetsAfterFinish) {
+  auto tok = MustLoad(FixtureDir() + "/metaspace_style");
+  ASSERT_NE(tok, nullptr);
+  auto ids = tok->Encode("Hello world", true);
+  ASSERT_TRUE(ids.ok());
+  IncrementalDetokenizer detok(tok.get());
+  for (int round = 0; round < 2; ++round) {
+    std::string text;
+    for (int32_t id : *ids) text += detok.Push(id);
+    text += detok.Finish();
+    EXPECT_EQ(text, "Hello world") << "round " << round;  // leading space stripped again
+  }
+}
+
+// The hand-written scanners on the cases their regexes are known for.
+TEST(TokenizerTest, SplitRegexScanners) {
+  auto pieces = [](SplitRegex re, const std::string& text) {
+    std::vector<std::pair<size_t, size_t>> matches;
+    FindRegexMatches(re, text, &matches);
+    std::vector<std::string> out;
+    for (const auto& [b, e] : matches) out.push_back(text.substr(b, e - b));
+    return out;
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(pieces(SplitRegex::kGpt2, "I'm  here 12345!!\n\n"),
+            (V{"I", "'m", " ", " here", " 12345", "!!", "\n\n"}));
+  EXPECT_EQ(pieces(SplitRegex::kGpt2, "I'M"), (V{"I", "'", "M"}));
+  EXPECT_EQ(pieces(SplitRegex::kLlama3, "I'M  here 12345!!\n\n x"),
+            (V{"I", "'M", " ", " here", " ", "123", "45", "!!\n\n", " x"}));
+  EXPECT_EQ(pieces(SplitRegex::kLlama3, "\tfoo \n \n  bar"),
+            (V{"\tfoo", " \n \n", " ", " bar"}));
+  EXPECT_EQ(pieces(SplitRegex::kQwen2, "x123"), (V{"x", "1", "2", "3"}));
 }
 
 TEST(TokenizerTest, RejectsInvalidUtf8) {
@@ -317,7 +357,7 @@ TEST(TokenizerTest, AddBosAddEosFromTokenizerConfig) {
 
 TEST(TokenizerTest, SentencePieceBosEosFromTokenizerConfig) {
   const std::string model = SentencePiecePath("stories260K/tok512.model");
-  if (!std::filesystem::exists(model)) GTEST_SKIP() << "needs " << model;
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << SkipMessage(model);
   TempDir dir;
   WriteFile(dir.path() + "/tokenizer.model", ReadFile(model));
   auto def = MustLoad(dir.path());
@@ -398,7 +438,7 @@ TEST(TokenizerTest, MalformedTokenizerJsonNamesFileAndField) {
   }
 }
 
-TEST(TokenizerTest, TruncatedFilesNeverCrash) {
+TEST(TokenizerTest, TruncatedTokenizerJsonIsInvalidArgument) {
   for (const std::string name : {"llama2_style", "gpt2_style", "llama3_style"}) {
     const std::string text = ReadFile(FixtureDir() + "/" + name + "/tokenizer.json");
     TempDir dir;
@@ -409,8 +449,11 @@ TEST(TokenizerTest, TruncatedFilesNeverCrash) {
       EXPECT_THAT(s.message(), HasSubstr("tokenizer.json")) << name;
     }
   }
+}
+
+TEST(TokenizerTest, TruncatedSentencePieceModelIsInvalidArgument) {
   const std::string model = SentencePiecePath("stories260K/tok512.model");
-  if (!std::filesystem::exists(model)) GTEST_SKIP() << "needs " << model;
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << SkipMessage(model);
   const std::string bytes = ReadFile(model);
   TempDir dir;
   for (size_t len : {size_t{0}, size_t{7}, bytes.size() / 3, bytes.size() / 2, bytes.size() - 3}) {
@@ -452,7 +495,7 @@ TEST(TokenizerTest, MalformedConfigFilesNameTheField) {
 
 TEST(TokenizerTest, LoadsSentencePieceFileDirectly) {
   const std::string model = SentencePiecePath("stories260K/tok512.model");
-  if (!std::filesystem::exists(model)) GTEST_SKIP() << "needs " << model;
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << SkipMessage(model);
   auto tok = MustLoad(model);
   ASSERT_NE(tok, nullptr);
   // ../shared/models/README.md: sp.encode of this sentence.

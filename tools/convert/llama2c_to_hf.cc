@@ -38,6 +38,8 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: treespec-convert-llama2c MODEL.bin TOKENIZER.model OUT_DIR\n"
+    "       treespec-convert-llama2c --checkpoint MODEL.bin --tokenizer TOKENIZER.model "
+    "--out OUT_DIR\n"
     "\n"
     "Converts a llama2.c legacy (version 0) checkpoint and its SentencePiece\n"
     "tokenizer into a Hugging Face Llama directory (config.json,\n"
@@ -299,6 +301,28 @@ int main(int argc, char** argv) {
       std::fputs(treespec::convert::kUsage, stdout);
       return 0;
     }
+  }
+  // Also accept --checkpoint X --tokenizer Y --out Z (any order).
+  std::string named[3];
+  std::vector<std::string> positional;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const char* keys[3] = {"--checkpoint", "--tokenizer", "--out"};
+    bool matched = false;
+    for (int k = 0; k < 3; ++k) {
+      const std::string key = keys[k];
+      if (args[i] == key && i + 1 < args.size()) {
+        named[k] = args[++i];
+        matched = true;
+      } else if (args[i].rfind(key + "=", 0) == 0) {
+        named[k] = args[i].substr(key.size() + 1);
+        matched = true;
+      }
+      if (matched) break;
+    }
+    if (!matched) positional.push_back(args[i]);
+  }
+  if (positional.empty() && !named[0].empty() && !named[1].empty() && !named[2].empty()) {
+    args.assign(named, named + 3);
   }
   if (args.size() != 3) {
     std::fputs(treespec::convert::kUsage, stderr);

@@ -11,10 +11,12 @@ VENV=.venv
 PY="$VENV/bin/python"
 
 if [ ! -x "$PY" ]; then
-  if ! /usr/bin/python3 -c 'import torch, numpy, sentencepiece' 2>/dev/null; then
-    echo "make_goldens: needs Debian's python3-torch python3-numpy python3-sentencepiece" \
-         "(apt-get install -y python3-torch python3-numpy python3-sentencepiece python3-venv)" >&2
-    exit 1
+  if ! /usr/bin/python3 -c 'import torch, numpy, sentencepiece, google.protobuf' 2>/dev/null; then
+    echo "make_goldens: installing Debian's python3-torch python3-numpy python3-sentencepiece" \
+         "python3-protobuf python3-venv" >&2
+    SUDO=""; [ "$(id -u)" != 0 ] && SUDO=sudo
+    $SUDO apt-get install -y -qq --no-install-recommends python3-torch python3-numpy \
+      python3-sentencepiece python3-protobuf python3-venv >/dev/null
   fi
   /usr/bin/python3 -m venv --system-site-packages "$VENV"
 fi
