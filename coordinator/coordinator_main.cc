@@ -5,6 +5,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "core/util/cli_args.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "coordinator/coordinator.h"
@@ -100,6 +101,8 @@ int main(int argc, char** argv) {
       "Public endpoint: drafts, verifies and streams completions.\n"
       "Usage: treespec-coordinator --listen HOST:PORT --workers ADDR[,ADDR...] "
       "[--drafters NAME=ADDR[,...]] [--tokenizer DIR]");
-  absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> storage;
+  std::vector<char*> args = treespec::NormalizeFlagNames(argc, argv, &storage);
+  absl::ParseCommandLine(argc, args.data());
   return treespec::Main();
 }

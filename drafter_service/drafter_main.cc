@@ -5,6 +5,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "core/util/cli_args.h"
 #include "core/tensor/backend.h"
 #include "drafter_service/drafter.h"
 #include "drafter_service/drafter_service.h"
@@ -70,6 +71,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Serves a drafter model that proposes token trees.\n"
       "Usage: treespec-drafter --kind mamba|transformer --model DIR --listen HOST:PORT");
-  absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> storage;
+  std::vector<char*> args = treespec::NormalizeFlagNames(argc, argv, &storage);
+  absl::ParseCommandLine(argc, args.data());
   return treespec::Main();
 }

@@ -6,6 +6,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "core/util/cli_args.h"
 #include "absl/strings/str_cat.h"
 #include "core/model/config.h"
 #include "core/model/llama.h"
@@ -83,6 +84,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Serves a target model for speculative verification.\n"
       "Usage: treespec-worker --model DIR --listen HOST:PORT [--device cpu|cuda]");
-  absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> storage;
+  std::vector<char*> args = treespec::NormalizeFlagNames(argc, argv, &storage);
+  absl::ParseCommandLine(argc, args.data());
   return treespec::Main();
 }

@@ -1,7 +1,13 @@
 // No abseil or gRPC headers in this file: see sentencepiece_wrapper.h.
 #include "core/model/sentencepiece_wrapper.h"
 
-#include <sentencepiece_processor.h>
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <mutex>
+
+#include "core/model/spm_plugin/spm_plugin.h"
 
 #include <cstdint>
 #include <string_view>
@@ -84,20 +90,64 @@ NormalizerInfo ReadNormalizerInfo(std::string_view model) {
   return info;
 }
 
+// Finds and opens the plugin once per process. Search order: $TREESPEC_SPM_PLUGIN,
+// <dir of the executable>/../lib, <dir of the executable>, the loader's path.
+const TsSpmApi* Api(std::string* error) {
+  static const TsSpmApi* api = nullptr;
+  static std::string load_error;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::vector<std::string> candidates;
+    if (const char* env = std::getenv("TREESPEC_SPM_PLUGIN")) candidates.push_back(env);
+    char exe[4096];
+    const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    if (n > 0) {
+      exe[n] = '\0';
+      std::string dir(exe);
+      dir = dir.substr(0, dir.find_last_of('/'));
+      candidates.push_back(dir + "/../lib/libtreespec_spm.so");
+      candidates.push_back(dir + "/libtreespec_spm.so");
+    }
+    candidates.push_back("libtreespec_spm.so");
+    for (const std::string& path : candidates) {
+      void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+      if (lib == nullptr) {
+        load_error += std::string(load_error.empty() ? "" : "; ") + dlerror();
+        continue;
+      }
+      using Entry = const TsSpmApi* (*)();
+      auto entry = reinterpret_cast<Entry>(dlsym(lib, "treespec_spm_api"));
+      if (entry != nullptr && entry()->version == TS_SPM_API_VERSION) {
+        api = entry();
+        return;
+      }
+      load_error += "; " + path + ": not a treespec SentencePiece plugin of this version";
+    }
+  });
+  if (api == nullptr) *error = "cannot load the SentencePiece plugin libtreespec_spm.so: " + load_error;
+  return api;
+}
+
 }  // namespace
 
-SentencePieceModel::~SentencePieceModel() = default;
+SentencePieceModel::~SentencePieceModel() {
+  if (handle_ != nullptr) api_->free_model(handle_);
+}
 
 std::unique_ptr<SentencePieceModel> SentencePieceModel::Load(const std::string& serialized,
                                                              std::string* error) {
-  std::unique_ptr<SentencePieceModel> m(new SentencePieceModel());
-  m->proc_ = std::make_unique<sentencepiece::SentencePieceProcessor>();
-  const auto status = m->proc_->LoadFromSerializedProto(serialized);
-  if (!status.ok()) {
-    *error = status.ToString();
+  const TsSpmApi* api = Api(error);
+  if (api == nullptr) return nullptr;
+  char err[1024] = {0};
+  void* handle = api->load(serialized.data(), serialized.size(), err, sizeof(err));
+  if (handle == nullptr) {
+    *error = err;
     return nullptr;
   }
-  if (m->proc_->GetPieceSize() <= 0) {
+  std::unique_ptr<SentencePieceModel> m(new SentencePieceModel());
+  m->api_ = api;
+  m->handle_ = handle;
+  if (api->vocab_size(handle) <= 0) {
     *error = "the model has no pieces";
     return nullptr;
   }
@@ -107,30 +157,53 @@ std::unique_ptr<SentencePieceModel> SentencePieceModel::Load(const std::string& 
 
 bool SentencePieceModel::Encode(const std::string& text, std::vector<int>* ids,
                                 std::string* error) const {
-  const auto status = proc_->Encode(text, ids);
-  if (!status.ok()) *error = status.ToString();
-  return status.ok();
+  char err[1024] = {0};
+  int* buf = nullptr;
+  size_t n = 0;
+  if (!api_->encode(handle_, text.data(), text.size(), &buf, &n, err, sizeof(err))) {
+    *error = err;
+    return false;
+  }
+  ids->assign(buf, buf + n);
+  api_->free_buffer(buf);
+  return true;
 }
 
 bool SentencePieceModel::Decode(const std::vector<int>& ids, std::string* text,
                                 std::string* error) const {
-  const auto status = proc_->Decode(ids, text);
-  if (!status.ok()) *error = status.ToString();
-  return status.ok();
+  char err[1024] = {0};
+  char* buf = nullptr;
+  size_t n = 0;
+  if (!api_->decode(handle_, ids.data(), ids.size(), &buf, &n, err, sizeof(err))) {
+    *error = err;
+    return false;
+  }
+  text->assign(buf, n);
+  api_->free_buffer(buf);
+  return true;
 }
 
-int SentencePieceModel::vocab_size() const { return proc_->GetPieceSize(); }
-std::string SentencePieceModel::IdToPiece(int id) const { return proc_->IdToPiece(id); }
-bool SentencePieceModel::IsControl(int id) const { return proc_->IsControl(id); }
-bool SentencePieceModel::IsUnknown(int id) const { return proc_->IsUnknown(id); }
-bool SentencePieceModel::IsByte(int id) const { return proc_->IsByte(id); }
-int SentencePieceModel::bos_id() const { return proc_->bos_id(); }
-int SentencePieceModel::eos_id() const { return proc_->eos_id(); }
-int SentencePieceModel::unk_id() const { return proc_->unk_id(); }
+int SentencePieceModel::vocab_size() const { return api_->vocab_size(handle_); }
+
+std::string SentencePieceModel::IdToPiece(int id) const {
+  char buf[256];
+  const size_t n = api_->id_to_piece(handle_, id, buf, sizeof(buf));
+  if (n <= sizeof(buf)) return std::string(buf, n);
+  std::string big(n, '\0');
+  api_->id_to_piece(handle_, id, big.data(), big.size());
+  return big;
+}
+
+bool SentencePieceModel::IsControl(int id) const { return api_->is_control(handle_, id) != 0; }
+bool SentencePieceModel::IsUnknown(int id) const { return api_->is_unknown(handle_, id) != 0; }
+bool SentencePieceModel::IsByte(int id) const { return api_->is_byte(handle_, id) != 0; }
+int SentencePieceModel::bos_id() const { return api_->bos_id(handle_); }
+int SentencePieceModel::eos_id() const { return api_->eos_id(handle_); }
+int SentencePieceModel::unk_id() const { return api_->unk_id(handle_); }
 
 int SentencePieceModel::PieceToId(const std::string& piece) const {
-  const int id = proc_->PieceToId(piece);
-  if (proc_->IsUnknown(id) && proc_->IdToPiece(id) != piece) return -1;
+  const int id = api_->piece_to_id(handle_, piece.data(), piece.size());
+  if (IsUnknown(id) && IdToPiece(id) != piece) return -1;
   return id;
 }
 

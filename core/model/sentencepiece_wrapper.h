@@ -1,5 +1,6 @@
 // A thin wrapper over libsentencepiece's SentencePieceProcessor that exposes
-// only standard types. It exists because sentencepiece_processor.h declares
+// only standard types. The processor lives in a plugin library loaded with
+// dlopen (core/model/spm_plugin/spm_plugin.h explains why). It exists because sentencepiece_processor.h declares
 // `namespace absl { using std::string_view; }`, which clashes with Debian's
 // abseil (TOOLCHAIN.md pitfall 3): this header, and sentencepiece_wrapper.cc,
 // must include neither abseil nor gRPC. Immutable after Load; const methods are
@@ -10,9 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace sentencepiece {
-class SentencePieceProcessor;
-}  // namespace sentencepiece
+struct TsSpmApi;
 
 namespace treespec::sp_internal {
 
@@ -48,7 +47,8 @@ class SentencePieceModel {
 
  private:
   SentencePieceModel() = default;
-  std::unique_ptr<sentencepiece::SentencePieceProcessor> proc_;
+  const TsSpmApi* api_ = nullptr;  // the plugin (core/model/spm_plugin)
+  void* handle_ = nullptr;
   NormalizerInfo normalizer_;
 };
 

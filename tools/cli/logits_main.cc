@@ -5,6 +5,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "core/util/cli_args.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "core/model/tokenizer.h"
@@ -64,6 +65,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Writes float32 logits [num_tokens, vocab] as .npy.\n"
       "Usage: treespec-logits --model DIR (--prompt TEXT | --ids 1,2,3) --out FILE.npy");
-  absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> storage;
+  std::vector<char*> args = treespec::NormalizeFlagNames(argc, argv, &storage);
+  absl::ParseCommandLine(argc, args.data());
   return treespec::Main();
 }

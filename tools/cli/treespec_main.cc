@@ -1,0 +1,185 @@
+// treespec: command-line client of a coordinator.
+//   treespec generate --server ADDR --prompt TEXT [--max-tokens N --temperature T
+//       --top-p P --top-k K --seed S --drafter NAME|none --tree SHAPE
+//       --verify greedy|multiround|target_sampling --json]
+//   treespec info --server ADDR
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "core/util/cli_args.h"
+#include "nlohmann/json.hpp"
+#include "rpc/server.h"
+#include "treespec/v1/generation.grpc.pb.h"
+
+ABSL_FLAG(std::string, server, "127.0.0.1:50051", "Coordinator address HOST:PORT");
+ABSL_FLAG(std::string, prompt, "", "Prompt text");
+ABSL_FLAG(std::string, ids, "", "Prompt as comma-separated token ids (instead of --prompt)");
+ABSL_FLAG(int32_t, max_tokens, 128, "New tokens at most");
+ABSL_FLAG(double, temperature, 0.0, "0: greedy");
+ABSL_FLAG(double, top_p, 1.0, "Nucleus mass in (0, 1]");
+ABSL_FLAG(int32_t, top_k, 0, "Top-k (0: off)");
+ABSL_FLAG(uint64_t, seed, 0, "Random seed");
+ABSL_FLAG(std::string, drafter, "auto", "Drafter name, auto or none");
+ABSL_FLAG(std::string, tree, "", "Tree shape N1,N2,... or chain:K or auto (empty: server default)");
+ABSL_FLAG(std::string, verify, "", "greedy, multiround or target_sampling (empty: by temperature)");
+ABSL_FLAG(std::string, stop, "", "Stop string (may be given once)");
+ABSL_FLAG(bool, json, false, "Print one JSON object with the text and final statistics");
+ABSL_FLAG(int32_t, timeout_s, 600, "Deadline of the call");
+ABSL_FLAG(std::string, tls_ca, "", "PEM CA bundle (enables TLS)");
+
+namespace treespec {
+namespace {
+
+int Usage() {
+  std::fputs("usage: treespec generate --server ADDR --prompt TEXT [flags]\n"
+             "       treespec info --server ADDR\n(see --help)\n", stderr);
+  return 2;
+}
+
+const char* FinishName(v1::FinishReason r) {
+  switch (r) {
+    case v1::FINISH_REASON_LENGTH: return "length";
+    case v1::FINISH_REASON_STOP: return "stop";
+    case v1::FINISH_REASON_STOP_STRING: return "stop_string";
+    default: return "";
+  }
+}
+
+int Info(v1::Generation::Stub* stub) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::ModelInfo info;
+  grpc::Status st = stub->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info);
+  if (!st.ok()) {
+    std::fprintf(stderr, "treespec: %s\n", st.error_message().c_str());
+    return 1;
+  }
+  std::printf("%s", info.DebugString().c_str());
+  return 0;
+}
+
+int Generate(v1::Generation::Stub* stub) {
+  v1::GenerateRequest req;
+  if (!absl::GetFlag(FLAGS_ids).empty()) {
+    for (absl::string_view p : absl::StrSplit(absl::GetFlag(FLAGS_ids), ',', absl::SkipWhitespace())) {
+      int32_t v;
+      if (!absl::SimpleAtoi(p, &v)) {
+        std::fprintf(stderr, "treespec: --ids: '%s' is not an integer\n", std::string(p).c_str());
+        return 2;
+      }
+      req.mutable_token_ids()->add_ids(v);
+    }
+  } else {
+    req.set_text(absl::GetFlag(FLAGS_prompt));
+  }
+  req.set_max_tokens(absl::GetFlag(FLAGS_max_tokens));
+  v1::SamplingParams* s = req.mutable_sampling();
+  s->set_temperature(static_cast<float>(absl::GetFlag(FLAGS_temperature)));
+  s->set_top_p(static_cast<float>(absl::GetFlag(FLAGS_top_p)));
+  s->set_top_k(absl::GetFlag(FLAGS_top_k));
+  s->set_seed(absl::GetFlag(FLAGS_seed));
+  if (!absl::GetFlag(FLAGS_stop).empty()) req.add_stop(absl::GetFlag(FLAGS_stop));
+  v1::SpeculationOptions* sp = req.mutable_speculation();
+  sp->set_drafter(absl::GetFlag(FLAGS_drafter));
+  sp->set_tree(absl::GetFlag(FLAGS_tree));
+  const std::string verify = absl::GetFlag(FLAGS_verify);
+  if (verify == "greedy") {
+    sp->set_verification(v1::VERIFICATION_MODE_GREEDY);
+  } else if (verify == "multiround") {
+    sp->set_verification(v1::VERIFICATION_MODE_MULTIROUND);
+  } else if (verify == "target_sampling") {
+    sp->set_verification(v1::VERIFICATION_MODE_TARGET_SAMPLING);
+  } else if (!verify.empty()) {
+    std::fprintf(stderr, "treespec: --verify: '%s' is not greedy, multiround or target_sampling\n",
+                 verify.c_str());
+    return 2;
+  }
+  const bool json = absl::GetFlag(FLAGS_json);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::seconds(absl::GetFlag(FLAGS_timeout_s)));
+  auto reader = stub->Generate(&ctx, req);
+  v1::GenerateResponse chunk, last;
+  std::string text;
+  std::vector<int32_t> ids;
+  while (reader->Read(&chunk)) {
+    text += chunk.text();
+    ids.insert(ids.end(), chunk.token_ids().begin(), chunk.token_ids().end());
+    if (!json) {
+      std::fwrite(chunk.text().data(), 1, chunk.text().size(), stdout);
+      std::fflush(stdout);
+    }
+    if (chunk.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) last = chunk;
+  }
+  grpc::Status st = reader->Finish();
+  if (!st.ok()) {
+    if (!json) std::printf("\n");
+    std::fprintf(stderr, "treespec: %d %s\n", static_cast<int>(st.error_code()),
+                 st.error_message().c_str());
+    return 1;
+  }
+  const v1::SpeculationStats& spec = last.speculation();
+  const double tok_s = last.timings().total_ns() > 0
+                           ? last.usage().completion_tokens() * 1e9 / last.timings().total_ns()
+                           : 0.0;
+  if (json) {
+    nlohmann::json j = {
+        {"text", text},
+        {"token_ids", ids},
+        {"finish_reason", FinishName(last.finish_reason())},
+        {"prompt_tokens", last.usage().prompt_tokens()},
+        {"completion_tokens", last.usage().completion_tokens()},
+        {"queue_ns", last.timings().queue_ns()},
+        {"ttft_ns", last.timings().ttft_ns()},
+        {"per_token_ns", last.timings().per_token_ns()},
+        {"total_ns", last.timings().total_ns()},
+        {"tokens_per_s", tok_s},
+        {"drafter", spec.drafter()},
+        {"tree", spec.tree()},
+        {"steps", spec.steps()},
+        {"drafted_tokens", spec.drafted_tokens()},
+        {"accepted_tokens", spec.accepted_tokens()},
+        {"mean_accepted_length", spec.mean_accepted_length()},
+        {"fallback_steps", spec.fallback_steps()},
+    };
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("\n");
+    std::fprintf(stderr,
+                 "[%s] %d tokens, %.1f tokens/s, drafter %s tree %s: %d steps, mean accepted "
+                 "length %.2f (%d/%d drafts accepted, %d fallback steps)\n",
+                 FinishName(last.finish_reason()), last.usage().completion_tokens(), tok_s,
+                 spec.drafter().c_str(), spec.tree().c_str(), spec.steps(),
+                 spec.mean_accepted_length(), spec.accepted_tokens(), spec.drafted_tokens(),
+                 spec.fallback_steps());
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace treespec
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Client of a treespec coordinator.\n"
+      "Usage: treespec generate --server ADDR --prompt TEXT [--max-tokens N --temperature T "
+      "--seed S --drafter NAME|none --tree SHAPE --verify MODE --json]\n"
+      "       treespec info --server ADDR");
+  std::vector<std::string> storage;
+  std::vector<char*> args = treespec::NormalizeFlagNames(argc, argv, &storage);
+  std::vector<char*> rest = absl::ParseCommandLine(argc, args.data());
+  if (rest.size() != 2) return treespec::Usage();
+  treespec::TlsFiles tls;
+  tls.ca = absl::GetFlag(FLAGS_tls_ca);
+  auto stub = treespec::v1::Generation::NewStub(
+      treespec::MakeChannel(absl::GetFlag(FLAGS_server), tls));
+  if (std::strcmp(rest[1], "generate") == 0) return treespec::Generate(stub.get());
+  if (std::strcmp(rest[1], "info") == 0) return treespec::Info(stub.get());
+  return treespec::Usage();
+}
