@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# `make demo`: starts a worker, the Mamba and transformer drafters and a
+# coordinator on loopback with the demo models, streams completions with their
+# acceptance statistics, and shuts everything down. Exits non-zero if any step
+# fails; never leaves processes behind.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD="${1:-build}"
+BIN="$BUILD/bin"
+MODELS="${TREESPEC_DEMO_MODELS:-models/demo}"
+WORK="$(mktemp -d /tmp/treespec-demo.XXXXXX)"
+PIDS=()
+
+cleanup() {
+  local rc=$?
+  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+  done
+  rm -rf "$WORK"
+  exit "$rc"
+}
+trap cleanup EXIT INT TERM
+
+# start NAME CMD... : runs CMD in the background and waits for "listening on".
+start() {
+  local name=$1; shift
+  "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+  PIDS+=($!)
+  for _ in $(seq 600); do
+    if grep -q '^listening on ' "$WORK/$name.out"; then
+      sed -n 's/^listening on //p' "$WORK/$name.out" | head -1
+      return 0
+    fi
+    if ! kill -0 "${PIDS[-1]}" 2>/dev/null; then
+      echo "demo: $name exited:" >&2; cat "$WORK/$name.err" >&2; return 1
+    fi
+    sleep 0.1
+  done
+  echo "demo: $name did not start in 60 s" >&2; cat "$WORK/$name.err" >&2
+  return 1
+}
+
+if [ -f "$MODELS/target/config.json" ]; then
+  TARGET="$MODELS/target"
+  DRAFTERS=()
+  [ -f "$MODELS/mamba-drafter/config.json" ] && DRAFTERS+=("mamba:mamba:$MODELS/mamba-drafter")
+  [ -f "$MODELS/transformer-drafter/config.json" ] && \
+    DRAFTERS+=("transformer:transformer:$MODELS/transformer-drafter")
+else
+  # Before the demo models exist: stories260K (converted from ../shared) as the
+  # target and as its own drafter.
+  SHARED="${TREESPEC_SHARED_MODELS:-../shared/models}"
+  echo "demo: $MODELS not found; using stories260K from $SHARED" >&2
+  TARGET="$WORK/stories260K"
+  "$BIN/treespec-convert-llama2c" --checkpoint "$SHARED/stories260K/stories260K.bin" \
+    --tokenizer "$SHARED/stories260K/tok512.model" --out "$TARGET" >/dev/null
+  DRAFTERS=("self:transformer:$TARGET")
+fi
+
+echo "== starting services (target $TARGET)"
+W=$(start worker "$BIN/treespec-worker" --model "$TARGET" --listen 127.0.0.1:0)
+echo "worker      $W"
+SPEC=""
+for d in "${DRAFTERS[@]}"; do
+  IFS=: read -r name kind dir <<<"$d"
+  A=$(start "drafter-$name" "$BIN/treespec-drafter" --kind "$kind" --model "$dir" --listen 127.0.0.1:0)
+  echo "drafter     $name ($kind) $A"
+  SPEC="${SPEC:+$SPEC,}$name=$A"
+done
+C=$(start coordinator "$BIN/treespec-coordinator" --listen 127.0.0.1:0 --workers "$W" \
+    --drafters "$SPEC" --tokenizer "$TARGET")
+echo "coordinator $C"
+
+PROMPT="${TREESPEC_DEMO_PROMPT:-Once upon a time, there was a little dog named}"
+first=1
+for d in "${DRAFTERS[@]}" "none:none:"; do
+  IFS=: read -r name kind dir <<<"$d"
+  echo
+  echo "== greedy, drafter=$name"
+  "$BIN/treespec" generate --server "$C" --prompt "$PROMPT" --max-tokens 96 --drafter "$name"
+  if [ "$first" = 1 ] && [ "$name" != none ]; then
+    echo
+    echo "== temperature 0.8, multi-round speculative sampling, drafter=$name, seed 7"
+    "$BIN/treespec" generate --server "$C" --prompt "$PROMPT" --max-tokens 96 --drafter "$name" \
+      --temperature 0.8 --seed 7 --verify multiround
+    first=0
+  fi
+done
+echo
+echo "== demo finished"
