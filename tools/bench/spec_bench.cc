@@ -1,0 +1,228 @@
+// spec_bench: plain vs speculative decoding through the real services.
+// Starts treespec-worker and one treespec-drafter per kind as processes on
+// loopback, drives an in-process Coordinator over gRPC clients, and prints,
+// for concurrency 1, 4 and 16: tokens/s, mean accepted length and the mean
+// per-step time split into draft (drafter's own time), verify (worker's
+// forward + acceptance) and coordinator + RPC (the rest of the step loop).
+//
+//   build/bin/spec_bench --target models/demo/target \
+//       --drafters mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter \
+//       [--tree 3,2,2,1,1] [--max_tokens 128] [--requests_per_client 2]
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_split.h"
+#include "coordinator/coordinator.h"
+#include "core/util/cli_args.h"
+
+ABSL_FLAG(std::string, target, "models/demo/target", "Target model directory");
+ABSL_FLAG(std::string, drafters, "mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter",
+          "KIND=DIR[,KIND=DIR...]");
+ABSL_FLAG(std::string, tree, "3,2,2,1,1", "Tree shape of the speculative runs");
+ABSL_FLAG(std::string, concurrency, "1,4,16", "Concurrent clients per run");
+ABSL_FLAG(int32_t, max_tokens, 128, "Tokens per request");
+ABSL_FLAG(int32_t, requests_per_client, 2, "Requests each client sends in sequence");
+ABSL_FLAG(std::string, bin, "build/bin", "Directory of treespec-worker and treespec-drafter");
+ABSL_FLAG(std::string, device, "cpu", "Worker and drafter backend");
+ABSL_FLAG(double, temperature, 0.0, "Sampling temperature (0: greedy)");
+
+namespace treespec {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Child {
+  pid_t pid = -1;
+  std::string address;
+};
+
+// Spawns `args`, waits for its "listening on HOST:PORT" line.
+Child Spawn(const std::vector<std::string>& args) {
+  int fds[2];
+  if (pipe(fds) != 0) return {};
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    close(fds[0]);
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  Child c{pid, ""};
+  std::string line;
+  char ch;
+  while (read(fds[0], &ch, 1) == 1) {
+    if (ch != '\n') {
+      line.push_back(ch);
+      continue;
+    }
+    if (line.rfind("listening on ", 0) == 0) {
+      c.address = line.substr(13);
+      break;
+    }
+    line.clear();
+  }
+  close(fds[0]);
+  return c;
+}
+
+void Kill(Child& c) {
+  if (c.pid <= 0) return;
+  kill(c.pid, SIGTERM);
+  waitpid(c.pid, nullptr, 0);
+  c.pid = -1;
+}
+
+struct RunResult {
+  double tokens_per_s = 0;
+  double mean_accepted = 0;
+  double step_ms = 0, draft_ms = 0, verify_ms = 0, other_ms = 0;
+  int64_t tokens = 0;
+};
+
+RunResult Run(Coordinator* coordinator, const std::string& drafter, const std::string& tree,
+              int clients) {
+  const LaneStepStats before = coordinator->TotalStats();
+  std::atomic<int64_t> tokens{0}, steps{0}, accepted{0};
+  const int per_client = absl::GetFlag(FLAGS_requests_per_client);
+  const char* prompts[] = {"Once upon a time, there was a little", "One day, a boy named Tom",
+                           "The sun was shining and", "Lily and her mom went to the",
+                           "There was a big red ball in", "A little bird wanted to"};
+  const auto t0 = Clock::now();
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; ++c) {
+    threads.emplace_back([&, c] {
+      for (int r = 0; r < per_client; ++r) {
+        v1::GenerateRequest req;
+        req.set_text(prompts[(c * per_client + r) % 6]);
+        req.set_max_tokens(absl::GetFlag(FLAGS_max_tokens));
+        req.mutable_sampling()->set_temperature(static_cast<float>(absl::GetFlag(FLAGS_temperature)));
+        req.mutable_sampling()->set_seed(c * 1000 + r);
+        req.mutable_speculation()->set_drafter(drafter);
+        req.mutable_speculation()->set_tree(tree);
+        auto st = coordinator->Submit(req, Clock::now(), std::nullopt);
+        if (!st.ok()) {
+          std::fprintf(stderr, "submit: %s\n", st.status().ToString().c_str());
+          return;
+        }
+        while (true) {
+          v1::GenerateResponse chunk;
+          bool done = false;
+          absl::Status status;
+          if ((*st)->Pop(absl::Milliseconds(50), &chunk, &done, &status)) {
+            if (chunk.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+              tokens += chunk.usage().completion_tokens();
+              steps += chunk.speculation().steps();
+              accepted += chunk.speculation().accepted_tokens();
+            }
+            continue;
+          }
+          if (done) {
+            if (!status.ok()) std::fprintf(stderr, "request: %s\n", status.ToString().c_str());
+            break;
+          }
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  const LaneStepStats after = coordinator->TotalStats();
+  RunResult r;
+  r.tokens = tokens.load();
+  r.tokens_per_s = tokens.load() / secs;
+  r.mean_accepted = steps.load() > 0 ? static_cast<double>(accepted.load() + steps.load()) / steps.load() : 1.0;
+  const double n = std::max<int64_t>(1, after.steps - before.steps);
+  r.step_ms = (after.loop_ns - before.loop_ns) / n / 1e6;
+  r.draft_ms = (after.drafter_reported_ns - before.drafter_reported_ns) / n / 1e6;
+  r.verify_ms = (after.worker_forward_ns - before.worker_forward_ns) / n / 1e6;
+  r.other_ms = r.step_ms - r.draft_ms - r.verify_ms;
+  return r;
+}
+
+int Main() {
+  const std::string bin = absl::GetFlag(FLAGS_bin), device = absl::GetFlag(FLAGS_device);
+  std::vector<Child> children;
+  Child worker = Spawn({bin + "/treespec-worker", "--model", absl::GetFlag(FLAGS_target),
+                        "--listen", "127.0.0.1:0", "--device", device});
+  if (worker.address.empty()) {
+    std::fprintf(stderr, "worker did not start\n");
+    return 1;
+  }
+  children.push_back(worker);
+  std::vector<std::unique_ptr<WorkerClient>> workers;
+  workers.push_back(MakeGrpcWorkerClient(worker.address, {}));
+  std::vector<DrafterSpec> drafters;
+  std::vector<std::string> names;
+  for (absl::string_view kd : absl::StrSplit(absl::GetFlag(FLAGS_drafters), ',', absl::SkipEmpty())) {
+    std::vector<std::string> p = absl::StrSplit(kd, absl::MaxSplits('=', 1));
+    Child d = Spawn({bin + "/treespec-drafter", "--kind", p[0], "--model", p[1], "--listen",
+                     "127.0.0.1:0", "--device", device});
+    if (d.address.empty()) {
+      std::fprintf(stderr, "drafter %s did not start\n", p[0].c_str());
+      for (Child& c : children) Kill(c);
+      return 1;
+    }
+    children.push_back(d);
+    drafters.push_back({p[0], MakeGrpcDrafterClient(d.address, {})});
+    names.push_back(p[0]);
+  }
+  auto tok = LoadTokenizer(absl::GetFlag(FLAGS_target));
+  CoordinatorOptions options;
+  options.max_batch = 64;
+  options.default_max_tokens = absl::GetFlag(FLAGS_max_tokens);
+  auto coordinator = Coordinator::Create(options, std::move(workers), std::move(drafters),
+                                         tok.ok() ? std::move(*tok) : nullptr);
+  if (!coordinator.ok() || !(*coordinator)->Start().ok()) {
+    std::fprintf(stderr, "coordinator failed\n");
+    for (Child& c : children) Kill(c);
+    return 1;
+  }
+  std::vector<int> conc;
+  for (absl::string_view c : absl::StrSplit(absl::GetFlag(FLAGS_concurrency), ',')) {
+    conc.push_back(std::stoi(std::string(c)));
+  }
+  Run(coordinator->get(), "none", "", 1);  // warm-up
+  std::printf("\n%-12s %-11s %5s %10s %8s %9s %9s %9s %11s %8s\n", "drafter", "tree", "conc",
+              "tokens/s", "speedup", "accepted", "step ms", "draft ms", "verify ms", "other ms");
+  for (int c : conc) {
+    RunResult plain = Run(coordinator->get(), "none", "", c);
+    std::printf("%-12s %-11s %5d %10.1f %8s %9.2f %9.2f %9.2f %11.2f %8.2f\n", "none", "-", c,
+                plain.tokens_per_s, "1.00x", plain.mean_accepted, plain.step_ms, plain.draft_ms,
+                plain.verify_ms, plain.other_ms);
+    for (const std::string& name : names) {
+      RunResult r = Run(coordinator->get(), name, absl::GetFlag(FLAGS_tree), c);
+      char sp[16];
+      std::snprintf(sp, sizeof(sp), "%.2fx", r.tokens_per_s / plain.tokens_per_s);
+      std::printf("%-12s %-11s %5d %10.1f %8s %9.2f %9.2f %9.2f %11.2f %8.2f\n", name.c_str(),
+                  absl::GetFlag(FLAGS_tree).c_str(), c, r.tokens_per_s, sp, r.mean_accepted,
+                  r.step_ms, r.draft_ms, r.verify_ms, r.other_ms);
+    }
+    std::fflush(stdout);
+  }
+  coordinator->reset();
+  for (Child& c : children) Kill(c);
+  return 0;
+}
+
+}  // namespace
+}  // namespace treespec
+
+int main(int argc, char** argv) {
+  std::vector<std::string> storage;
+  std::vector<char*> args = treespec::NormalizeFlagNames(argc, argv, &storage);
+  absl::ParseCommandLine(argc, args.data());
+  return treespec::Main();
+}
