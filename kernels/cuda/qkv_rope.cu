@@ -1,0 +1,55 @@
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/qkv_rope.h"
+
+namespace treespec::cuda {
+namespace {
+
+// One block per token. Work items 0 .. (H + Hkv)·half-1 rotate one (head, i)
+// pair of q or k; the next Hkv·Dh copy v.
+template <typename T>
+__global__ void QkvRopeKernel(const T* qkv, const int32_t* positions, const float* inv_freq,
+                              const int32_t* token_slots, int H, int Hkv, int Dh, T* q,
+                              T* k_cache, T* v_cache) {
+  const int64_t t = blockIdx.x;
+  const int half = Dh / 2;
+  const T* src = qkv + t * static_cast<int64_t>(H + 2 * Hkv) * Dh;
+  const float pos = static_cast<float>(positions[t]);
+  const int64_t slot = token_slots[t];
+  const int num_rot = (H + Hkv) * half;
+  const int total = num_rot + Hkv * Dh;
+  for (int e = threadIdx.x; e < total; e += blockDim.x) {
+    if (e < num_rot) {
+      const int head = e / half, i = e % half;
+      float s, c;
+      sincosf(pos * inv_freq[i], &s, &c);
+      const T* x = src + head * Dh;
+      const float x1 = ToF(x[i]), x2 = ToF(x[i + half]);
+      T* y = head < H ? q + (t * H + head) * Dh
+                      : k_cache + (slot * Hkv + (head - H)) * Dh;
+      y[i] = FromF<T>(x1 * c - x2 * s);
+      y[i + half] = FromF<T>(x2 * c + x1 * s);
+    } else {
+      const int f = e - num_rot;
+      const int g = f / Dh, d = f % Dh;
+      v_cache[(slot * Hkv + g) * Dh + d] = src[(H + Hkv + g) * Dh + d];
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchQkvRope(DType dtype, const void* qkv, const int32_t* positions,
+                          const float* inv_freq, const int32_t* token_slots, int64_t T, int H,
+                          int Hkv, int Dh, void* q, void* k_cache, void* v_cache,
+                          cudaStream_t stream) {
+  if (T == 0) return cudaSuccess;
+  return DispatchFloat(dtype, [&](auto tag) {
+    using V = decltype(tag);
+    QkvRopeKernel<V><<<static_cast<unsigned>(T), 256, 0, stream>>>(
+        static_cast<const V*>(qkv), positions, inv_freq, token_slots, H, Hkv, Dh,
+        static_cast<V*>(q), static_cast<V*>(k_cache), static_cast<V*>(v_cache));
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace treespec::cuda

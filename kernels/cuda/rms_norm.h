@@ -1,0 +1,18 @@
+// RMSNorm on the device (host launcher). Thread-compatible: enqueues on the
+// caller's stream.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "core/tensor/dtype.h"
+
+namespace treespec::cuda {
+
+// in: x [T, D], w [D]; out: out [T, D] = w · (x / sqrt(mean(x²) + eps)), all
+// of `dtype`, fp32 arithmetic. out may alias x.
+cudaError_t LaunchRmsNorm(DType dtype, const void* x, const void* w, int64_t T, int64_t D,
+                          float eps, void* out, cudaStream_t stream);
+
+}  // namespace treespec::cuda
