@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "rpc/proto_convert.h"
@@ -242,6 +243,9 @@ void Lane::Step() {
   std::map<uint64_t, TokenTree> trees;
   std::map<uint64_t, int> arms;
   std::map<uint64_t, std::string> shapes;
+  // Sequences whose last token leaves no room for a draft: a plain step by
+  // choice, not a fallback.
+  std::set<uint64_t> budget_spent;
   v1::DraftRequest dreq;
   std::vector<Seq*> drafting;
   for (auto& s : live_) {
@@ -258,7 +262,10 @@ void Lane::Step() {
     }
     if (!shape.has_value()) continue;
     shape = CapShape(*shape, remaining);
-    if (!shape.has_value()) continue;
+    if (!shape.has_value()) {
+      budget_spent.insert(s->id);
+      continue;
+    }
     arms[s->id] = arm;
     shapes[s->id] = shape->ToString();
     v1::DraftSequence* d = dreq.add_sequences();
@@ -317,7 +324,9 @@ void Lane::Step() {
       if (it != trees.end()) trees.erase(it);
       st->mutable_tree()->add_tokens(s->tokens.back());
       st->mutable_tree()->add_parents(-1);
-      if (s->req->request().drafter != "none") s->fallback_steps += 1;
+      if (s->req->request().drafter != "none" && !budget_spent.count(s->id)) {
+        s->fallback_steps += 1;
+      }
     }
     if (s->req->request().mode.has_value()) st->set_mode(ToProto(*s->req->request().mode));
     verifying.push_back(s.get());

@@ -10,13 +10,14 @@ namespace treespec {
 namespace {
 
 // Children of one node: the N most likely tokens (greedy), or N tokens drawn
-// without replacement from q (returned in `q`).
+// without replacement from q (returned in `q`), whose support is the
+// request's top_k or, when that is 0, the drafter's default.
 std::vector<int32_t> ChooseChildren(const float* logits, int64_t vocab, int n, const DraftSpec& spec,
-                                    int32_t node, SparseDist* q) {
+                                    int32_t default_top_k, int32_t node, SparseDist* q) {
   if (spec.temperature <= 0.0f) {
     return TopKDist(logits, vocab, n, 1.0f).tokens;
   }
-  const int k = std::max(n, spec.top_k);
+  const int k = std::max(n, spec.top_k > 0 ? spec.top_k : default_top_k);
   *q = TopKDist(logits, vocab, k, spec.temperature);
   SparseDist remaining = *q;
   std::vector<int32_t> children;
@@ -167,7 +168,8 @@ std::vector<DraftOutcome> TreeDrafter::Draft(const std::vector<DraftSpec>& specs
       for (int32_t parent : frontier[id]) {
         SparseDist q;
         std::vector<int32_t> children =
-            ChooseChildren(node_logits[id][parent].data(), V, n, s, parent, &q);
+            ChooseChildren(node_logits[id][parent].data(), V, n, s,
+                           options_.default_top_k, parent, &q);
         if (!q.tokens.empty()) {
           tree.draft.resize(tree.tokens.size());
           tree.draft[parent] = std::move(q);

@@ -1,0 +1,285 @@
+// Greedy speculative decoding is lossless: through the real services on
+// loopback, every drafter kind (mamba, transformer) and every tree shape
+// (a chain, fixed trees, the "auto" bandit) streams exactly the tokens that
+// plain greedy decoding (drafter "none") streams, alone and with 8 concurrent
+// requests. A drafter that is the target itself gets every draft accepted; a
+// drafter that proposes garbage still yields exactly the plain output.
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/cluster.h"
+#include "tools/cli/local_model.h"
+
+namespace treespec::testing {
+namespace {
+
+constexpr int kMaxTokens = 48;            // single requests
+constexpr int kConcurrentMaxTokens = 40;  // each of 8 concurrent requests
+constexpr int kConcurrency = 8;
+
+const std::vector<std::string> kTrees = {"chain:4", "3,2,2,1,1", "3,3,2,1",
+                                         "2,2,2,2", "4,2,1",     "auto"};
+
+std::vector<int32_t> PromptFor(int i) { return TestPrompt(i, 4 + i % 5); }
+
+class SpeculativeEquivalenceTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto c = Cluster::Start();
+    ASSERT_TRUE(c.ok()) << c.status();
+    cluster_ = c->release();
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+
+  // Plain greedy output (drafter "none") of PromptFor(i), memoised.
+  static const std::vector<int32_t>& Plain(int i, int max_tokens) {
+    auto key = std::make_pair(i, max_tokens);
+    auto it = plain_.find(key);
+    if (it != plain_.end()) return it->second;
+    GenerateResult r = cluster_->Generate(MakeRequest(PromptFor(i), max_tokens, "none"));
+    EXPECT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.ids.size(), static_cast<size_t>(max_tokens));
+    return plain_[key] = r.ids;
+  }
+
+  // Checks the final chunk of a speculative request of `max_tokens` tokens
+  // against the invariants every healthy speculative stream satisfies.
+  static void CheckStats(const GenerateResult& r, const std::string& drafter, int max_tokens,
+                         const std::string& what) {
+    ASSERT_TRUE(r.has_final) << what;
+    const v1::GenerateResponse& f = r.final_chunk;
+    EXPECT_EQ(f.finish_reason(), v1::FINISH_REASON_LENGTH) << what;
+    EXPECT_EQ(f.usage().completion_tokens(), max_tokens) << what;
+    const v1::SpeculationStats& s = f.speculation();
+    EXPECT_EQ(s.drafter(), drafter) << what;
+    EXPECT_GT(s.steps(), 0) << what;
+    EXPECT_EQ(s.fallback_steps(), 0) << what;
+    EXPECT_GT(s.drafted_tokens(), 0) << what;
+    EXPECT_LE(s.accepted_tokens(), s.drafted_tokens()) << what;
+    // The first token comes from the prefill; every step commits its accepted
+    // drafts plus one bonus token, and no step overshoots max_tokens.
+    EXPECT_EQ(s.accepted_tokens() + s.steps(), max_tokens - 1) << what;
+    EXPECT_NEAR(s.mean_accepted_length(),
+                static_cast<double>(s.accepted_tokens() + s.steps()) / s.steps(), 1e-9)
+        << what;
+  }
+
+  static Cluster* cluster_;
+  static std::map<std::pair<int, int>, std::vector<int32_t>> plain_;
+};
+
+Cluster* SpeculativeEquivalenceTest::cluster_ = nullptr;
+std::map<std::pair<int, int>, std::vector<int32_t>> SpeculativeEquivalenceTest::plain_;
+
+// The reference itself: the server's plain decoding equals in-process
+// sequential greedy decoding of the target.
+TEST_F(SpeculativeEquivalenceTest, PlainDecodingMatchesLocalModel) {
+  auto local = LocalModel::Load(FixtureModel(kTargetModel), "cpu", kConcurrency, 256);
+  ASSERT_TRUE(local.ok()) << local.status();
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < kConcurrency; ++i) prompts.push_back(PromptFor(i));
+  std::vector<std::vector<int32_t>> expected(kConcurrency);
+  ASSERT_TRUE((*local)
+                  ->Generate(prompts, SamplingParams{}, std::vector<uint64_t>(kConcurrency, 0),
+                             kMaxTokens, {}, [&](size_t i, int32_t t) { expected[i].push_back(t); })
+                  .ok());
+  for (int i = 0; i < kConcurrency; ++i) {
+    EXPECT_EQ(Plain(i, kMaxTokens), expected[i]) << "prompt " << i;
+  }
+  GenerateResult r = cluster_->Generate(MakeRequest(PromptFor(0), kMaxTokens, "none"));
+  ASSERT_TRUE(r.has_final);
+  EXPECT_EQ(r.final_chunk.speculation().drafter(), "none");
+  EXPECT_EQ(r.final_chunk.speculation().steps(), kMaxTokens - 1);
+  EXPECT_EQ(r.final_chunk.speculation().drafted_tokens(), 0);
+  EXPECT_EQ(r.final_chunk.speculation().fallback_steps(), 0);
+}
+
+struct Case {
+  std::string drafter;
+  std::string tree;
+};
+void PrintTo(const Case& c, std::ostream* os) { *os << c.drafter << " " << c.tree; }
+
+std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
+  std::string tree = info.param.tree;
+  std::replace(tree.begin(), tree.end(), ',', '_');
+  std::replace(tree.begin(), tree.end(), ':', '_');
+  return info.param.drafter + "_" + tree;
+}
+
+std::vector<Case> AllCases() {
+  std::vector<Case> out;
+  for (const char* d : {"mamba", "self", "garbage"}) {
+    for (const std::string& t : kTrees) out.push_back({d, t});
+  }
+  return out;
+}
+
+class EquivalenceByShape : public SpeculativeEquivalenceTest,
+                           public ::testing::WithParamInterface<Case> {};
+
+TEST_P(EquivalenceByShape, SingleRequestEqualsPlainGreedy) {
+  const Case& c = GetParam();
+  for (int i : {0, 1}) {
+    GenerateResult r = cluster_->Generate(MakeRequest(PromptFor(i), kMaxTokens, c.drafter, c.tree));
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.ids, Plain(i, kMaxTokens)) << c.drafter << " tree " << c.tree << " prompt " << i;
+    CheckStats(r, c.drafter, kMaxTokens, c.drafter + " " + c.tree);
+  }
+}
+
+TEST_P(EquivalenceByShape, EightConcurrentRequestsEqualPlainGreedy) {
+  const Case& c = GetParam();
+  std::vector<v1::GenerateRequest> reqs;
+  for (int i = 0; i < kConcurrency; ++i) {
+    reqs.push_back(MakeRequest(PromptFor(i), kConcurrentMaxTokens, c.drafter, c.tree));
+  }
+  std::vector<GenerateResult> rs = RunConcurrently(cluster_->stub(), reqs);
+  for (int i = 0; i < kConcurrency; ++i) {
+    ASSERT_TRUE(rs[i].status.ok()) << "request " << i << ": " << rs[i].status.error_message();
+    EXPECT_EQ(rs[i].ids, Plain(i, kConcurrentMaxTokens))
+        << c.drafter << " tree " << c.tree << " request " << i;
+    CheckStats(rs[i], c.drafter, kConcurrentMaxTokens,
+               c.drafter + " " + c.tree + " request " + std::to_string(i));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(DraftersAndTrees, EquivalenceByShape, ::testing::ValuesIn(AllCases()),
+                         CaseName);
+
+// Every lane and shape at once: 8 requests over three drafters (three lanes)
+// with different shapes within a lane, plus plain ones, all concurrent.
+TEST_F(SpeculativeEquivalenceTest, MixedConcurrentBatchEqualsPlainGreedy) {
+  const std::vector<std::string> drafters = {"mamba", "self", "garbage", "none"};
+  std::vector<v1::GenerateRequest> reqs;
+  for (int i = 0; i < kConcurrency; ++i) {
+    reqs.push_back(MakeRequest(PromptFor(i), kConcurrentMaxTokens, drafters[i % drafters.size()],
+                               kTrees[i % kTrees.size()]));
+  }
+  std::vector<GenerateResult> rs = RunConcurrently(cluster_->stub(), reqs);
+  for (int i = 0; i < kConcurrency; ++i) {
+    ASSERT_TRUE(rs[i].status.ok()) << "request " << i << ": " << rs[i].status.error_message();
+    EXPECT_EQ(rs[i].ids, Plain(i, kConcurrentMaxTokens)) << "request " << i;
+  }
+}
+
+// A drafter that is the target itself proposes exactly the target's greedy
+// tokens: every step accepts a full path (depth tokens) plus the bonus, so a
+// step commits depth + 1 tokens except where max_tokens caps the last one.
+TEST_F(SpeculativeEquivalenceTest, SelfDrafterGetsEveryTokenAccepted) {
+  struct Shape {
+    std::string tree;
+    int depth;
+  };
+  for (const Shape& shape : std::vector<Shape>{
+           {"chain:4", 4}, {"3,2,2,1,1", 5}, {"3,3,2,1", 4}, {"2,2,2,2", 4}, {"4,2,1", 3}}) {
+    for (int max_tokens : {kMaxTokens, 41}) {
+      GenerateResult r =
+          cluster_->Generate(MakeRequest(PromptFor(3), max_tokens, "self", shape.tree));
+      ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+      ASSERT_TRUE(r.has_final);
+      EXPECT_EQ(r.ids, Plain(3, max_tokens)) << shape.tree;
+      const v1::SpeculationStats& s = r.final_chunk.speculation();
+      const int generated_by_steps = max_tokens - 1;
+      const int full_steps = (generated_by_steps + shape.depth) / (shape.depth + 1);
+      EXPECT_EQ(s.steps(), full_steps) << shape.tree << " max_tokens " << max_tokens;
+      EXPECT_EQ(s.accepted_tokens(), generated_by_steps - s.steps()) << shape.tree;
+      if (shape.tree == "chain:4") {
+        EXPECT_EQ(s.accepted_tokens(), s.drafted_tokens()) << "every chain token is accepted";
+      }
+      // All steps but the capped last one commit depth + 1 tokens.
+      const double full = shape.depth + 1;
+      EXPECT_GE(s.mean_accepted_length(), full - full / s.steps()) << shape.tree;
+      EXPECT_LE(s.mean_accepted_length(), full) << shape.tree;
+      if (generated_by_steps % (shape.depth + 1) == 0) {
+        EXPECT_DOUBLE_EQ(s.mean_accepted_length(), full) << shape.tree;
+      }
+    }
+  }
+}
+
+// The bandit over shapes with a perfect drafter: still every token accepted.
+TEST_F(SpeculativeEquivalenceTest, SelfDrafterWithAutoTreeAcceptsEverything) {
+  GenerateResult r = cluster_->Generate(MakeRequest(PromptFor(5), kMaxTokens, "self", "auto"));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.ids, Plain(5, kMaxTokens));
+  const v1::SpeculationStats& s = r.final_chunk.speculation();
+  EXPECT_EQ(s.accepted_tokens() + s.steps(), kMaxTokens - 1);
+  // The shallowest arm has depth 3 (4,2,1); every step but the last commits
+  // at least depth + 1 = 4 tokens.
+  EXPECT_LE(s.steps(), (kMaxTokens - 1 + 3) / 4 + 1);
+  EXPECT_GE(s.mean_accepted_length(), 3.5);
+}
+
+// A stop token inside an accepted run ends the stream right there, exactly
+// where plain decoding stops: the stop token is counted, not emitted, and
+// nothing after it leaks out.
+TEST_F(SpeculativeEquivalenceTest, StopTokenInsideAnAcceptedRunEndsTheStreamThere) {
+  const std::vector<int32_t>& plain = Plain(4, kMaxTokens);
+  for (int k : {1, 9, 10, 11, 30}) {
+    const int32_t stop = plain[k];
+    const size_t first = std::find(plain.begin(), plain.end(), stop) - plain.begin();
+    const std::vector<int32_t> expected(plain.begin(), plain.begin() + first);
+    for (const char* drafter : {"none", "self", "mamba"}) {
+      v1::GenerateRequest req = MakeRequest(PromptFor(4), kMaxTokens, drafter, "3,2,2,1,1");
+      req.add_stop_token_ids(stop);
+      GenerateResult r = cluster_->Generate(req);
+      ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+      EXPECT_EQ(r.ids, expected) << drafter << " stop token " << stop;
+      ASSERT_TRUE(r.has_final);
+      EXPECT_EQ(r.final_chunk.finish_reason(), v1::FINISH_REASON_STOP) << drafter;
+      EXPECT_EQ(r.final_chunk.usage().completion_tokens(), static_cast<int>(first) + 1) << drafter;
+    }
+  }
+}
+
+// max_tokens inside an accepted run: the stream stops at exactly max_tokens.
+TEST_F(SpeculativeEquivalenceTest, MaxTokensCutsAnAcceptedRun) {
+  for (int max_tokens : {1, 2, 3, 5, 7}) {
+    GenerateResult r = cluster_->Generate(MakeRequest(PromptFor(2), max_tokens, "self", "chain:4"));
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    const std::vector<int32_t>& plain = Plain(2, kMaxTokens);
+    EXPECT_EQ(r.ids, std::vector<int32_t>(plain.begin(), plain.begin() + max_tokens))
+        << "max_tokens " << max_tokens;
+    EXPECT_EQ(r.final_chunk.finish_reason(), v1::FINISH_REASON_LENGTH);
+    EXPECT_EQ(r.final_chunk.speculation().fallback_steps(), 0);
+  }
+}
+
+// A request that fills the target's context exactly (prompt + max_tokens =
+// 256): drafts are capped at the budget and the output is the plain one.
+TEST_F(SpeculativeEquivalenceTest, FillingTheContextExactly) {
+  const std::vector<int32_t> prompt = TestPrompt(9, 200);
+  const std::vector<int32_t> expected = GreedyReference({prompt}, 56)[0];
+  for (const char* drafter : {"self", "mamba"}) {
+    GenerateResult r = cluster_->Generate(MakeRequest(prompt, 56, drafter, "3,2,2,1,1"));
+    ASSERT_TRUE(r.status.ok()) << drafter << ": " << r.status.error_message();
+    EXPECT_EQ(r.ids, expected) << drafter;
+    EXPECT_EQ(r.final_chunk.speculation().fallback_steps(), 0) << drafter;
+  }
+  GenerateResult too_long = cluster_->Generate(MakeRequest(prompt, 57, "self"));
+  EXPECT_EQ(too_long.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+// A garbage drafter (a different random model) is almost never right, and the
+// output is still exactly the plain output.
+TEST_F(SpeculativeEquivalenceTest, GarbageDrafterYieldsPlainOutput) {
+  GenerateResult r =
+      cluster_->Generate(MakeRequest(PromptFor(6), kMaxTokens, "garbage", "3,3,2,1"));
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.ids, Plain(6, kMaxTokens));
+  const v1::SpeculationStats& s = r.final_chunk.speculation();
+  EXPECT_LT(s.accepted_tokens(), s.steps()) << "garbage drafts should rarely be accepted";
+  EXPECT_LT(s.mean_accepted_length(), 2.0);
+}
+
+}  // namespace
+}  // namespace treespec::testing

@@ -1,0 +1,402 @@
+// TargetRunner without gRPC: the worker's sequence table and speculative step
+// on the fixture target (tiny_llama_gqa).
+//  - plain steps (root-only trees) equal sequential greedy decoding;
+//  - a tree holding the greedy continuation is accepted up to its first
+//    mistake, and the bonus is the greedy token there;
+//  - repeated and out-of-order steps are ABORTED and commit nothing;
+//  - failures in one batch stay with their sequence;
+//  - capacity exhaustion (KV blocks, sequence slots) fails the new sequence
+//    only and never harms existing ones; Release gives the blocks back;
+//  - a seeded sampled sequence gives the same tokens whatever else is batched.
+#include "worker/target_runner.h"
+
+#include <memory>
+#include <vector>
+
+#include "core/model/llama.h"
+#include "core/tensor/backend.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/test_util.h"
+#include "tools/cli/local_model.h"
+
+namespace treespec {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string TargetDir() { return testing::SourceDir() + "/tests/fixtures/models/tiny_llama_gqa"; }
+
+std::vector<int32_t> Prompt(int i, int n = 6) {
+  std::vector<int32_t> p;
+  for (int k = 0; k < n; ++k) p.push_back((i * 31 + k * 7 + 3) % 125 + 3);
+  return p;
+}
+
+// Greedy continuation by sequential decoding (LocalModel: prefill, then one
+// token per forward pass).
+std::vector<int32_t> Greedy(const std::vector<int32_t>& prompt, int n) {
+  auto local = LocalModel::Load(TargetDir(), "cpu", 1, 512);
+  EXPECT_TRUE(local.ok()) << local.status();
+  std::vector<int32_t> out;
+  EXPECT_TRUE((*local)
+                  ->Generate({prompt}, SamplingParams{}, {0}, n, {},
+                             [&](size_t, int32_t t) { out.push_back(t); })
+                  .ok());
+  return out;
+}
+
+class TargetRunnerTest : public ::testing::Test {
+ protected:
+  void Make(int64_t kv_blocks = 256,
+            TargetRunnerOptions options = {.max_context = 256, .max_tree_nodes = 32}) {
+    backend_ = CreateCpuBackend();
+    auto m = LlamaModel::Load(TargetDir(), backend_.get());
+    ASSERT_TRUE(m.ok()) << m.status();
+    model_ = std::move(*m);
+    auto c = PagedKvCache::Create(model_->KvOptions(kv_blocks, 16), backend_.get());
+    ASSERT_TRUE(c.ok()) << c.status();
+    cache_ = std::move(*c);
+    ASSERT_TRUE(options.Validate().ok());
+    runner_ = std::make_unique<TargetRunner>(model_.get(), cache_.get(), options);
+  }
+  void SetUp() override { Make(); }
+
+  OpenOutcome OpenOne(uint64_t id, const std::vector<int32_t>& prompt, int64_t max_total = 64,
+                      SamplingParams sampling = {}, uint64_t seed = 0) {
+    std::vector<OpenOutcome> out = runner_->Open({{id, prompt, sampling, seed, max_total}});
+    EXPECT_EQ(out.size(), 1u);
+    return out[0];
+  }
+  StepOutcome StepOne(uint64_t id, uint64_t step, TokenTree tree) {
+    StepSpec s;
+    s.id = id;
+    s.step = step;
+    s.tree = std::move(tree);
+    std::vector<StepOutcome> out = runner_->Verify({s}, nullptr);
+    EXPECT_EQ(out.size(), 1u);
+    return out[0];
+  }
+
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<PagedKvCache> cache_;
+  std::unique_ptr<TargetRunner> runner_;
+};
+
+TEST_F(TargetRunnerTest, PlainStepsEqualSequentialDecoding) {
+  for (int p = 0; p < 3; ++p) {
+    const std::vector<int32_t> prompt = Prompt(p, 3 + 4 * p);
+    const std::vector<int32_t> expected = Greedy(prompt, 30);
+    OpenOutcome o = OpenOne(100 + p, prompt);
+    ASSERT_TRUE(o.status.ok()) << o.status;
+    std::vector<int32_t> got = {o.first_token};
+    for (uint64_t step = 1; got.size() < expected.size(); ++step) {
+      StepOutcome s = StepOne(100 + p, step, TokenTree::Root(got.back()));
+      ASSERT_TRUE(s.status.ok()) << s.status << " step " << step;
+      ASSERT_EQ(s.tokens.size(), 1u);
+      EXPECT_EQ(s.num_accepted, 0);
+      EXPECT_EQ(s.accepted_nodes, std::vector<int32_t>{0});
+      got.push_back(s.tokens[0]);
+    }
+    EXPECT_EQ(got, expected) << "prompt " << p;
+  }
+}
+
+TEST_F(TargetRunnerTest, BatchedPlainStepsEqualSequentialDecoding) {
+  std::vector<std::vector<int32_t>> expected, got(4);
+  std::vector<OpenSpec> specs;
+  for (int p = 0; p < 4; ++p) {
+    expected.push_back(Greedy(Prompt(p, 2 + 3 * p), 20));
+    specs.push_back({static_cast<uint64_t>(p + 1), Prompt(p, 2 + 3 * p), {}, 0, 64});
+  }
+  std::vector<OpenOutcome> opened = runner_->Open(specs);
+  for (int p = 0; p < 4; ++p) {
+    ASSERT_TRUE(opened[p].status.ok()) << opened[p].status;
+    got[p].push_back(opened[p].first_token);
+  }
+  for (uint64_t step = 1; step < 20; ++step) {
+    std::vector<StepSpec> steps;
+    for (int p = 0; p < 4; ++p) {
+      StepSpec s;
+      s.id = p + 1;
+      s.step = step;
+      s.tree = TokenTree::Root(got[p].back());
+      steps.push_back(s);
+    }
+    std::vector<StepOutcome> out = runner_->Verify(steps, nullptr);
+    for (int p = 0; p < 4; ++p) {
+      ASSERT_TRUE(out[p].status.ok()) << out[p].status;
+      got[p].push_back(out[p].tokens[0]);
+    }
+  }
+  EXPECT_EQ(got, expected);
+}
+
+TEST_F(TargetRunnerTest, TreeWithTheGreedyContinuationIsAcceptedUpToItsFirstMistake) {
+  const std::vector<int32_t> prompt = Prompt(7);
+  const std::vector<int32_t> g = Greedy(prompt, 24);
+  OpenOutcome o = OpenOne(1, prompt);
+  ASSERT_TRUE(o.status.ok());
+  ASSERT_EQ(o.first_token, g[0]);
+  auto wrong = [](int32_t t) { return (t + 1) % 128; };
+  // Step 1: root g0 with children {wrong, g1}; g1 has children {g2, wrong};
+  // g2 has the single child wrong(g3). Accepted: g1, g2; bonus g3.
+  TokenTree t = TokenTree::Root(g[0]);
+  t.AddNode(0, wrong(g[1]));
+  const int32_t n1 = t.AddNode(0, g[1]);
+  const int32_t n2 = t.AddNode(n1, g[2]);
+  t.AddNode(n1, wrong(g[2]));
+  t.AddNode(n2, wrong(g[3]));
+  StepOutcome s1 = StepOne(1, 1, t);
+  ASSERT_TRUE(s1.status.ok()) << s1.status;
+  EXPECT_EQ(s1.tokens, (std::vector<int32_t>{g[1], g[2], g[3]}));
+  EXPECT_EQ(s1.num_accepted, 2);
+  EXPECT_EQ(s1.accepted_nodes, (std::vector<int32_t>{0, n1, n2}));
+  // Step 2: a whole correct chain of 4 is accepted (KV compaction kept the
+  // right cache: decoding goes on exactly).
+  StepOutcome s2 = StepOne(1, 2, TokenTree::Chain(g[3], {g[4], g[5], g[6], g[7]}));
+  ASSERT_TRUE(s2.status.ok()) << s2.status;
+  EXPECT_EQ(s2.tokens, (std::vector<int32_t>{g[4], g[5], g[6], g[7], g[8]}));
+  // Step 3: all wrong: nothing accepted, the bonus is still right.
+  StepOutcome s3 = StepOne(1, 3, TokenTree::Chain(g[8], {wrong(g[9]), g[10]}));
+  ASSERT_TRUE(s3.status.ok()) << s3.status;
+  EXPECT_EQ(s3.tokens, std::vector<int32_t>{g[9]});
+  EXPECT_EQ(s3.num_accepted, 0);
+  // And plain steps continue the same sequence.
+  std::vector<int32_t> rest;
+  int32_t root = g[9];
+  for (uint64_t step = 4; step < 10; ++step) {
+    StepOutcome s = StepOne(1, step, TokenTree::Root(root));
+    ASSERT_TRUE(s.status.ok()) << s.status;
+    root = s.tokens[0];
+    rest.push_back(root);
+  }
+  EXPECT_EQ(rest, std::vector<int32_t>(g.begin() + 10, g.begin() + 16));
+}
+
+TEST_F(TargetRunnerTest, RepeatedAndOutOfOrderStepsAreAbortedAndChangeNothing) {
+  const std::vector<int32_t> g = Greedy(Prompt(3), 6);
+  ASSERT_TRUE(OpenOne(5, Prompt(3)).status.ok());
+  StepOutcome s1 = StepOne(5, 1, TokenTree::Chain(g[0], {g[1]}));
+  ASSERT_TRUE(s1.status.ok());
+  ASSERT_EQ(s1.tokens, (std::vector<int32_t>{g[1], g[2]}));
+  const int64_t used = runner_->Stats().kv_blocks_used;
+
+  StepOutcome again = StepOne(5, 1, TokenTree::Chain(g[0], {g[1]}));
+  EXPECT_EQ(again.status.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(again.status.message(), HasSubstr("already committed"));
+  EXPECT_TRUE(again.tokens.empty());
+  StepOutcome retry_current_root = StepOne(5, 1, TokenTree::Root(g[2]));
+  EXPECT_EQ(retry_current_root.status.code(), absl::StatusCode::kAborted);
+  StepOutcome future = StepOne(5, 3, TokenTree::Root(g[2]));
+  EXPECT_EQ(future.status.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(future.status.message(), HasSubstr("out of order"));
+  StepOutcome zero = StepOne(5, 0, TokenTree::Root(g[2]));
+  EXPECT_EQ(zero.status.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(runner_->Stats().kv_blocks_used, used);
+
+  StepOutcome s2 = StepOne(5, 2, TokenTree::Root(g[2]));
+  ASSERT_TRUE(s2.status.ok()) << s2.status;
+  EXPECT_EQ(s2.tokens, std::vector<int32_t>{g[3]});
+}
+
+TEST_F(TargetRunnerTest, FailuresInOneBatchStayWithTheirSequence) {
+  // Sequences 1..8 share a prompt; 9 has no room left for a step. Each
+  // sequence appears once in the batch (but for the deliberate repeat of 1).
+  const std::vector<int32_t> g = Greedy(Prompt(1), 3);
+  for (uint64_t id = 1; id <= 8; ++id) ASSERT_TRUE(OpenOne(id, Prompt(1)).status.ok());
+  const OpenOutcome full = OpenOne(9, Prompt(4), /*max_total=*/7);  // 6 + 1 tokens
+  ASSERT_TRUE(full.status.ok()) << full.status;
+
+  auto spec = [](uint64_t id, uint64_t step, TokenTree tree) {
+    StepSpec s;
+    s.id = id;
+    s.step = step;
+    s.tree = std::move(tree);
+    return s;
+  };
+  TokenTree bad_parents = TokenTree::Root(g[0]);
+  bad_parents.tokens.push_back(4);
+  bad_parents.parents.push_back(5);
+  TokenTree big = TokenTree::Root(g[0]);
+  for (int i = 0; i < 40; ++i) big.AddNode(i, 3 + i);  // 41 nodes > max_tree_nodes 32
+  StepSpec invalid = spec(5, 1, TokenTree::Root(g[0]));
+  invalid.invalid = absl::InvalidArgumentError("steps.mode: unknown verification mode 9");
+  StepSpec sampled_mode = spec(6, 1, TokenTree::Root(g[0]));
+  sampled_mode.mode = VerifyMode::kTargetSampling;
+
+  std::vector<StepSpec> batch = {
+      spec(1, 1, TokenTree::Root(g[0])),              // 0 good
+      spec(2, 1, TokenTree::Root((g[0] + 1) % 128)),  // 1 root is not the last token
+      spec(3, 1, bad_parents),                        // 2 malformed tree
+      spec(4, 1, big),                                // 3 too many nodes
+      invalid,                                        // 4 rejected by the service
+      sampled_mode,                                   // 5 sampling mode at temperature 0
+      spec(99, 1, TokenTree::Root(1)),                // 6 unknown sequence
+      spec(1, 1, TokenTree::Root(g[0])),              // 7 sequence 1 twice
+      spec(9, 1, TokenTree::Root(full.first_token)),  // 8 reached max_total_tokens
+      spec(7, 2, TokenTree::Root(g[0])),              // 9 out of order
+      spec(8, 1, TokenTree::Chain(g[0], {g[1]})),     // 10 good, with an accepted draft
+  };
+  StepTimings timings;
+  std::vector<StepOutcome> out = runner_->Verify(batch, &timings);
+  ASSERT_EQ(out.size(), batch.size());
+  EXPECT_TRUE(out[0].status.ok()) << out[0].status;
+  EXPECT_EQ(out[0].tokens, std::vector<int32_t>{g[1]});
+  EXPECT_EQ(out[1].status.code(), absl::StatusCode::kInvalidArgument) << out[1].status;
+  EXPECT_THAT(out[1].status.message(), HasSubstr("tree.tokens[0]"));
+  EXPECT_EQ(out[2].status.code(), absl::StatusCode::kInvalidArgument) << out[2].status;
+  EXPECT_THAT(out[2].status.message(), HasSubstr("parents[1]"));
+  EXPECT_EQ(out[3].status.code(), absl::StatusCode::kInvalidArgument) << out[3].status;
+  EXPECT_THAT(out[3].status.message(), HasSubstr("41 nodes"));
+  EXPECT_EQ(out[4].status.code(), absl::StatusCode::kInvalidArgument) << out[4].status;
+  EXPECT_THAT(out[4].status.message(), HasSubstr("steps.mode"));
+  EXPECT_EQ(out[5].status.code(), absl::StatusCode::kInvalidArgument) << out[5].status;
+  EXPECT_EQ(out[6].status.code(), absl::StatusCode::kNotFound) << out[6].status;
+  EXPECT_EQ(out[7].status.code(), absl::StatusCode::kInvalidArgument) << out[7].status;
+  EXPECT_THAT(out[7].status.message(), HasSubstr("twice"));
+  EXPECT_EQ(out[8].status.code(), absl::StatusCode::kOutOfRange) << out[8].status;
+  EXPECT_EQ(out[9].status.code(), absl::StatusCode::kAborted) << out[9].status;
+  EXPECT_TRUE(out[10].status.ok()) << out[10].status;
+  EXPECT_EQ(out[10].tokens, (std::vector<int32_t>{g[1], g[2]}));
+  EXPECT_GT(timings.forward_ns, 0);
+  for (size_t i = 0; i < out.size(); ++i) {
+    EXPECT_EQ(out[i].id, batch[i].id) << "result " << i;
+    EXPECT_EQ(out[i].step, batch[i].step) << "result " << i;
+    if (i > 0 && i < 10) EXPECT_TRUE(out[i].tokens.empty()) << "result " << i;
+  }
+  // The failed sequences are untouched: their step 1 still works and is right.
+  for (uint64_t id = 2; id <= 7; ++id) {
+    StepOutcome s = StepOne(id, 1, TokenTree::Root(g[0]));
+    ASSERT_TRUE(s.status.ok()) << s.status << " sequence " << id;
+    EXPECT_EQ(s.tokens, std::vector<int32_t>{g[1]}) << "sequence " << id;
+  }
+  StepOutcome a2 = StepOne(1, 2, TokenTree::Root(g[1]));
+  ASSERT_TRUE(a2.status.ok()) << a2.status;
+  EXPECT_EQ(a2.tokens, std::vector<int32_t>{g[2]});
+}
+
+TEST_F(TargetRunnerTest, OpenValidatesEachSequence) {
+  ASSERT_TRUE(OpenOne(1, Prompt(0)).status.ok());
+  std::vector<OpenOutcome> out = runner_->Open({
+      {2, {}, {}, 0, 64},              // empty prompt
+      {3, {5, 128}, {}, 0, 64},        // token outside the vocabulary
+      {4, {5, -2}, {}, 0, 64},         // negative token
+      {1, Prompt(1), {}, 0, 64},       // already open
+      {5, Prompt(1), {}, 0, 300},      // beyond max_context 256
+      {6, Prompt(1, 10), {}, 0, 10},   // prompt fills the budget
+      {7, Prompt(1), {-1.0f}, 0, 64},  // bad sampling
+      {8, Prompt(2), {}, 0, 64},       // good
+      {8, Prompt(2), {}, 0, 64},       // the same id again in one request
+  });
+  ASSERT_EQ(out.size(), 9u);
+  EXPECT_EQ(out[0].status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out[0].status.message(), HasSubstr("prompt"));
+  EXPECT_EQ(out[1].status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out[1].status.message(), HasSubstr("prompt[1] = 128"));
+  EXPECT_EQ(out[2].status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(out[3].status.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(out[4].status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(out[4].status.message(), HasSubstr("max_total_tokens 300"));
+  EXPECT_EQ(out[5].status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(out[6].status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(out[7].status.ok()) << out[7].status;
+  EXPECT_EQ(out[7].first_token, Greedy(Prompt(2), 1)[0]);
+  EXPECT_EQ(out[8].status.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(runner_->Stats().num_sequences, 2);
+  EXPECT_TRUE(runner_->HasSequence(1));
+  EXPECT_TRUE(runner_->HasSequence(8));
+  EXPECT_FALSE(runner_->HasSequence(2));
+}
+
+TEST_F(TargetRunnerTest, CapacityExhaustionNeverHarmsExistingSequences) {
+  // 12 blocks of 16 tokens; a sequence reserves max_total + max_tree_nodes
+  // (32): a budget of 64 takes 6 blocks, so two fit and a third does not.
+  Make(12);
+  const std::vector<int32_t> ga = Greedy(Prompt(1), 10);
+  ASSERT_TRUE(OpenOne(1, Prompt(1)).status.ok());
+  ASSERT_TRUE(OpenOne(2, Prompt(2)).status.ok());
+  EXPECT_EQ(runner_->Stats().kv_blocks_free, 0);
+  OpenOutcome third = OpenOne(3, Prompt(3));
+  EXPECT_EQ(third.status.code(), absl::StatusCode::kResourceExhausted) << third.status;
+  EXPECT_FALSE(runner_->HasSequence(3));
+  EXPECT_EQ(runner_->Stats().num_sequences, 2);
+
+  // Sequence 1 runs to its budget with full trees, never short of blocks.
+  std::vector<int32_t> got = {ga[0]};
+  for (uint64_t step = 1; got.size() < ga.size(); ++step) {
+    TokenTree t = TokenTree::Root(got.back());
+    for (int i = 0; i < 31; ++i) t.AddNode(0, (got.back() + 1 + i) % 128);  // 32 nodes
+    StepOutcome s = StepOne(1, step, t);
+    ASSERT_TRUE(s.status.ok()) << s.status << " step " << step;
+    got.insert(got.end(), s.tokens.begin(), s.tokens.end());
+  }
+  got.resize(ga.size());
+  EXPECT_EQ(got, ga);
+
+  // Releasing gives the blocks back; unknown ids are ignored.
+  EXPECT_EQ(runner_->Release({2, 77}), 1);
+  EXPECT_TRUE(OpenOne(3, Prompt(3)).status.ok());
+  EXPECT_EQ(runner_->Release({1, 3}), 2);
+  EXPECT_EQ(runner_->Stats().kv_blocks_used, 0);
+  EXPECT_EQ(runner_->Stats().num_sequences, 0);
+}
+
+TEST_F(TargetRunnerTest, SequenceLimitIsResourceExhausted) {
+  Make(256, {.max_context = 256, .max_tree_nodes = 16, .max_sequences = 2});
+  ASSERT_TRUE(OpenOne(1, Prompt(1)).status.ok());
+  ASSERT_TRUE(OpenOne(2, Prompt(2)).status.ok());
+  EXPECT_EQ(OpenOne(3, Prompt(3)).status.code(), absl::StatusCode::kResourceExhausted);
+  const std::vector<int32_t> g = Greedy(Prompt(1), 2);
+  StepOutcome s = StepOne(1, 1, TokenTree::Root(g[0]));
+  ASSERT_TRUE(s.status.ok());
+  EXPECT_EQ(s.tokens, std::vector<int32_t>{g[1]});
+}
+
+// Counter-based randomness: a seeded sampled sequence's tokens do not depend
+// on what else is in its batch.
+TEST_F(TargetRunnerTest, SeededSamplingIsIndependentOfTheBatch) {
+  SamplingParams sampling;
+  sampling.temperature = 0.8f;
+  auto run = [&](int batch_size) {
+    Make();
+    std::vector<OpenSpec> specs;
+    for (int i = 0; i < batch_size; ++i) {
+      specs.push_back({static_cast<uint64_t>(i + 1), Prompt(i == 0 ? 9 : i), sampling,
+                       i == 0 ? 4242u : static_cast<uint64_t>(i), 64});
+    }
+    std::vector<OpenOutcome> opened = runner_->Open(specs);
+    std::vector<int32_t> roots;
+    for (const auto& o : opened) {
+      EXPECT_TRUE(o.status.ok()) << o.status;
+      roots.push_back(o.first_token);
+    }
+    std::vector<int32_t> probe = {roots[0]};
+    for (uint64_t step = 1; step <= 12; ++step) {
+      std::vector<StepSpec> steps;
+      for (int i = 0; i < batch_size; ++i) {
+        StepSpec s;
+        s.id = i + 1;
+        s.step = step;
+        // Trees of a few arbitrary children: verified by target sampling.
+        s.tree = TokenTree::Root(roots[i]);
+        for (int c = 0; c < 3; ++c) s.tree.AddNode(0, (roots[i] + 5 * c + 1) % 128);
+        steps.push_back(s);
+      }
+      std::vector<StepOutcome> out = runner_->Verify(steps, nullptr);
+      for (int i = 0; i < batch_size; ++i) {
+        EXPECT_TRUE(out[i].status.ok()) << out[i].status;
+        roots[i] = out[i].tokens.back();
+        if (i == 0) probe.insert(probe.end(), out[i].tokens.begin(), out[i].tokens.end());
+      }
+    }
+    return probe;
+  };
+  const std::vector<int32_t> alone = run(1);
+  EXPECT_EQ(run(6), alone);
+  EXPECT_EQ(run(1), alone);
+}
+
+}  // namespace
+}  // namespace treespec
