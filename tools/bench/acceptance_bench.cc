@@ -29,6 +29,7 @@ ABSL_FLAG(int32_t, max_tokens, 128, "New tokens per prompt");
 ABSL_FLAG(std::string, temperatures, "0,1", "Temperatures (0 greedy; > 0 multi-round verification)");
 ABSL_FLAG(std::string, device, "cpu", "Backend");
 ABSL_FLAG(bool, markdown, false, "Print a Markdown table");
+ABSL_FLAG(int32_t, top_k, 8, "Support of the draft distribution q when sampling (drafter --top_k)");
 
 namespace treespec {
 namespace {
@@ -147,6 +148,7 @@ int Main() {
     dopt.kind = p[0];
     dopt.model_dir = p[1];
     dopt.max_sequences = 2;
+    dopt.default_top_k = absl::GetFlag(FLAGS_top_k);
     auto drafter = CreateDrafter(dopt, backend->get());
     if (!drafter.ok()) {
       std::fprintf(stderr, "drafter %s: %s\n", p[0].c_str(), drafter.status().ToString().c_str());
