@@ -23,20 +23,25 @@ std::string L(int64_t i, const char* suffix) {
 
 }  // namespace
 
+absl::Status LlamaModel::CheckShardable(const LlamaConfig& config, int tp) {
+  TS_RETURN_IF_ERROR(Divisible("num_attention_heads", config.num_heads, tp));
+  TS_RETURN_IF_ERROR(Divisible("num_key_value_heads", config.num_kv_heads, tp));
+  TS_RETURN_IF_ERROR(Divisible("intermediate_size", config.intermediate_size, tp));
+  return Divisible("vocab_size", config.vocab_size, tp);
+}
+
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const LlamaConfig& config,
                                                                WeightLoader* loader,
                                                                Communicator* comm) {
   auto m = std::unique_ptr<LlamaModel>(new LlamaModel());
   m->config_ = config;
   m->backend_ = loader->backend();
+  m->workspace_.set_backend(m->backend_);
   m->comm_ = comm;
   if (comm != nullptr) m->shard_ = ShardSpec{comm->rank(), comm->size()};
   const int tp = m->shard_.size, r = m->shard_.rank;
   const int64_t D = config.hidden_size, Dh = config.head_dim, V = config.vocab_size;
-  TS_RETURN_IF_ERROR(Divisible("num_attention_heads", config.num_heads, tp));
-  TS_RETURN_IF_ERROR(Divisible("num_key_value_heads", config.num_kv_heads, tp));
-  TS_RETURN_IF_ERROR(Divisible("intermediate_size", config.intermediate_size, tp));
-  TS_RETURN_IF_ERROR(Divisible("vocab_size", V, tp));
+  TS_RETURN_IF_ERROR(CheckShardable(config, tp));
   m->heads_ = config.num_heads / tp;
   m->kv_heads_ = config.num_kv_heads / tp;
   m->ffn_ = config.intermediate_size / tp;
@@ -109,17 +114,6 @@ KvCacheOptions LlamaModel::KvOptions(int64_t num_blocks, int64_t block_size) con
   o.block_size = block_size;
   o.num_blocks = num_blocks;
   return o;
-}
-
-absl::StatusOr<Tensor> LlamaModel::Buffer(int index, Shape shape) {
-  if (static_cast<int>(buffers_.size()) <= index) buffers_.resize(index + 1);
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  Tensor& b = buffers_[index];
-  if (!b.defined() || b.numel() < n) {
-    TS_ASSIGN_OR_RETURN(b, backend_->Alloc(backend_->activation_dtype(), {std::max<int64_t>(n, 1)}));
-  }
-  return b.Prefix(std::move(shape));
 }
 
 absl::Status LlamaModel::Forward(const std::vector<ForwardSeq>& seqs, PagedKvCache* cache,
@@ -202,13 +196,13 @@ absl::Status LlamaModel::Forward(const std::vector<ForwardSeq>& seqs, PagedKvCac
   TS_ASSIGN_OR_RETURN(std::unique_ptr<AttentionPlan> plan, be->PlanAttention(batch));
 
   const int64_t qkv_w = (heads_ + 2 * kv_heads_) * Dh;
-  TS_ASSIGN_OR_RETURN(Tensor x, Buffer(0, {T, D}));
-  TS_ASSIGN_OR_RETURN(Tensor h, Buffer(1, {T, D}));
-  TS_ASSIGN_OR_RETURN(Tensor qkv, Buffer(2, {T, qkv_w}));
-  TS_ASSIGN_OR_RETURN(Tensor q, Buffer(3, {T, heads_, Dh}));
-  TS_ASSIGN_OR_RETURN(Tensor attn, Buffer(4, {T, heads_, Dh}));
-  TS_ASSIGN_OR_RETURN(Tensor gu, Buffer(5, {T, 2 * ffn_}));
-  TS_ASSIGN_OR_RETURN(Tensor act, Buffer(6, {T, ffn_}));
+  TS_ASSIGN_OR_RETURN(Tensor x, workspace_.Get(0, {T, D}));
+  TS_ASSIGN_OR_RETURN(Tensor h, workspace_.Get(1, {T, D}));
+  TS_ASSIGN_OR_RETURN(Tensor qkv, workspace_.Get(2, {T, qkv_w}));
+  TS_ASSIGN_OR_RETURN(Tensor q, workspace_.Get(3, {T, heads_, Dh}));
+  TS_ASSIGN_OR_RETURN(Tensor attn, workspace_.Get(4, {T, heads_, Dh}));
+  TS_ASSIGN_OR_RETURN(Tensor gu, workspace_.Get(5, {T, 2 * ffn_}));
+  TS_ASSIGN_OR_RETURN(Tensor act, workspace_.Get(6, {T, ffn_}));
   const float scale = 1.0f / std::sqrt(static_cast<float>(Dh));
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const bool tp = shard_.size > 1;
@@ -236,15 +230,15 @@ absl::Status LlamaModel::Forward(const std::vector<ForwardSeq>& seqs, PagedKvCac
   out->logits.assign(R * V, 0.0f);
   out->hidden.clear();
   if (R == 0) return absl::OkStatus();
-  TS_ASSIGN_OR_RETURN(Tensor xo, Buffer(7, {R, D}));
+  TS_ASSIGN_OR_RETURN(Tensor xo, workspace_.Get(7, {R, D}));
   TS_RETURN_IF_ERROR(be->GatherRows(x, logit_rows, &xo));
   TS_RETURN_IF_ERROR(be->RmsNorm(xo, norm_, eps, &xo));
-  TS_ASSIGN_OR_RETURN(Tensor logits, Buffer(8, {R, vocab_shard_}));
+  TS_ASSIGN_OR_RETURN(Tensor logits, workspace_.Get(8, {R, vocab_shard_}));
   TS_RETURN_IF_ERROR(be->Linear(xo, lm_head_, &logits));
   if (!tp) {
     TS_RETURN_IF_ERROR(be->DownloadF32(logits, out->logits.data()));
   } else {
-    TS_ASSIGN_OR_RETURN(Tensor gathered, Buffer(9, {shard_.size, R, vocab_shard_}));
+    TS_ASSIGN_OR_RETURN(Tensor gathered, workspace_.Get(9, {shard_.size, R, vocab_shard_}));
     TS_RETURN_IF_ERROR(comm_->AllGather(logits, &gathered));
     std::vector<float> host(static_cast<size_t>(shard_.size) * R * vocab_shard_);
     TS_RETURN_IF_ERROR(be->DownloadF32(gathered, host.data()));

@@ -20,6 +20,7 @@
 #include "core/model/kv_cache.h"
 #include "core/model/weight_loader.h"
 #include "core/tensor/backend.h"
+#include "core/tensor/workspace.h"
 
 namespace treespec {
 
@@ -35,6 +36,10 @@ class LlamaModel {
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(const std::string& dir,
                                                           Backend* backend,
                                                           Communicator* comm = nullptr);
+
+  // INVALID_ARGUMENT naming the field when `config` cannot be split over
+  // `tp_size` ranks (heads, KV heads, FFN width or vocabulary not divisible).
+  static absl::Status CheckShardable(const LlamaConfig& config, int tp_size);
 
   const LlamaConfig& config() const { return config_; }
   Backend* backend() const { return backend_; }
@@ -54,7 +59,6 @@ class LlamaModel {
     Tensor ln1, w_qkv, w_o, ln2, w_gate_up, w_down;
   };
   LlamaModel() = default;
-  absl::StatusOr<Tensor> Buffer(int index, Shape shape);
 
   LlamaConfig config_;
   Backend* backend_ = nullptr;
@@ -63,7 +67,7 @@ class LlamaModel {
   int64_t heads_ = 0, kv_heads_ = 0, ffn_ = 0, vocab_shard_ = 0;  // per rank
   Tensor embed_, norm_, lm_head_, inv_freq_;
   std::vector<Layer> layers_;
-  std::vector<Tensor> buffers_;  // reused activation workspace
+  Workspace workspace_;  // reused activations
 };
 
 }  // namespace treespec

@@ -42,6 +42,7 @@ absl::StatusOr<std::unique_ptr<MambaModel>> MambaModel::Create(const MambaConfig
   m->config_ = config;
   Backend* be = loader->backend();
   m->backend_ = be;
+  m->workspace_.set_backend(be);
   const int64_t V = config.vocab_size, D = config.hidden_size, C = config.intermediate_size;
   const int64_t N = config.state_size, R = config.time_step_rank, K = config.conv_kernel;
   TS_ASSIGN_OR_RETURN(m->embed_, loader->Load("backbone.embeddings.weight", {V, D}));
@@ -99,15 +100,49 @@ absl::StatusOr<std::unique_ptr<MambaModel>> MambaModel::Load(const std::string& 
   return model;
 }
 
-absl::StatusOr<Tensor> MambaModel::Buffer(int index, Shape shape) {
-  if (static_cast<int>(buffers_.size()) <= index) buffers_.resize(index + 1);
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  Tensor& b = buffers_[index];
-  if (!b.defined() || b.numel() < n) {
-    TS_ASSIGN_OR_RETURN(b, backend_->Alloc(backend_->activation_dtype(), {std::max<int64_t>(n, 1)}));
+absl::StatusOr<MambaModel::Activations> MambaModel::MakeActivations(int64_t T) {
+  const int64_t D = config_.hidden_size, C = config_.intermediate_size;
+  const int64_t N = config_.state_size, R = config_.time_step_rank;
+  Activations a;
+  TS_ASSIGN_OR_RETURN(a.x, workspace_.Get(0, {T, D}));
+  TS_ASSIGN_OR_RETURN(a.h, workspace_.Get(1, {T, D}));
+  TS_ASSIGN_OR_RETURN(a.xz, workspace_.Get(2, {T, 2 * C}));
+  TS_ASSIGN_OR_RETURN(a.xs, workspace_.Get(3, {T, C}));
+  TS_ASSIGN_OR_RETURN(a.z, workspace_.Get(4, {T, C}));
+  TS_ASSIGN_OR_RETURN(a.xc, workspace_.Get(5, {T, C}));
+  TS_ASSIGN_OR_RETURN(a.xdbl, workspace_.Get(6, {T, R + 2 * N}));
+  TS_ASSIGN_OR_RETURN(a.dt, workspace_.Get(7, {T, R}));
+  TS_ASSIGN_OR_RETURN(a.bm, workspace_.Get(8, {T, N}));
+  TS_ASSIGN_OR_RETURN(a.cm, workspace_.Get(9, {T, N}));
+  TS_ASSIGN_OR_RETURN(a.delta, workspace_.Get(10, {T, C}));
+  TS_ASSIGN_OR_RETURN(a.y, workspace_.Get(11, {T, C}));
+  return a;
+}
+
+absl::Status MambaModel::RunLayers(const Tensor& ids, Activations& a, const StateOp& conv,
+                                   const StateOp& scan) {
+  Backend* be = backend_;
+  const int64_t C = config_.intermediate_size, N = config_.state_size;
+  const int64_t R = config_.time_step_rank;
+  const float eps = static_cast<float>(config_.layer_norm_epsilon);
+  TS_RETURN_IF_ERROR(be->Embedding(ids, embed_, &a.x));
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& w = layers_[l];
+    TS_RETURN_IF_ERROR(be->RmsNorm(a.x, w.norm, eps, &a.h));
+    TS_RETURN_IF_ERROR(be->Linear(a.h, w.in_proj, &a.xz));
+    TS_RETURN_IF_ERROR(be->SliceCols(a.xz, 0, &a.xs));
+    TS_RETURN_IF_ERROR(be->SliceCols(a.xz, C, &a.z));
+    TS_RETURN_IF_ERROR(conv(l, w, a));
+    TS_RETURN_IF_ERROR(be->Linear(a.xc, w.x_proj, &a.xdbl));
+    TS_RETURN_IF_ERROR(be->SliceCols(a.xdbl, 0, &a.dt));
+    TS_RETURN_IF_ERROR(be->SliceCols(a.xdbl, R, &a.bm));
+    TS_RETURN_IF_ERROR(be->SliceCols(a.xdbl, R + N, &a.cm));
+    TS_RETURN_IF_ERROR(be->Linear(a.dt, w.dt_proj_w, &a.delta));
+    TS_RETURN_IF_ERROR(scan(l, w, a));
+    TS_RETURN_IF_ERROR(be->Linear(a.y, w.out_proj, &a.h));
+    TS_RETURN_IF_ERROR(be->Add(a.x, a.h, &a.x));
   }
-  return b.Prefix(std::move(shape));
+  return absl::OkStatus();
 }
 
 absl::Status MambaModel::CheckTokens(const std::vector<int32_t>& tokens) const {
@@ -122,9 +157,9 @@ absl::Status MambaModel::CheckTokens(const std::vector<int32_t>& tokens) const {
 
 absl::StatusOr<Tensor> MambaModel::HeadDevice(const Tensor& x) {
   const int64_t T = x.dim(0), D = config_.hidden_size, V = config_.vocab_size;
-  TS_ASSIGN_OR_RETURN(Tensor h, Buffer(20, {T, D}));
+  TS_ASSIGN_OR_RETURN(Tensor h, workspace_.Get(20, {T, D}));
   TS_RETURN_IF_ERROR(backend_->RmsNorm(x, norm_f_, static_cast<float>(config_.layer_norm_epsilon), &h));
-  TS_ASSIGN_OR_RETURN(Tensor out, Buffer(21, {T, V}));
+  TS_ASSIGN_OR_RETURN(Tensor out, workspace_.Get(21, {T, V}));
   TS_RETURN_IF_ERROR(backend_->Linear(h, lm_head_, &out));
   return out;
 }
@@ -146,43 +181,24 @@ absl::Status MambaModel::Prefill(const std::vector<int32_t>& tokens, int32_t slo
   Backend* be = backend_;
   const int64_t T = static_cast<int64_t>(tokens.size());
   const int64_t D = config_.hidden_size, C = config_.intermediate_size;
-  const int64_t N = config_.state_size, R = config_.time_step_rank;
-  const float eps = static_cast<float>(config_.layer_norm_epsilon);
+  const int64_t N = config_.state_size;
   TS_ASSIGN_OR_RETURN(Tensor ids, be->Alloc(DType::kI32, {T}));
   TS_RETURN_IF_ERROR(be->Upload(tokens.data(), DType::kI32, &ids));
-  TS_ASSIGN_OR_RETURN(Tensor x, Buffer(0, {T, D}));
-  TS_ASSIGN_OR_RETURN(Tensor h, Buffer(1, {T, D}));
-  TS_ASSIGN_OR_RETURN(Tensor xz, Buffer(2, {T, 2 * C}));
-  TS_ASSIGN_OR_RETURN(Tensor xs, Buffer(3, {T, C}));
-  TS_ASSIGN_OR_RETURN(Tensor z, Buffer(4, {T, C}));
-  TS_ASSIGN_OR_RETURN(Tensor xc, Buffer(5, {T, C}));
-  TS_ASSIGN_OR_RETURN(Tensor xdbl, Buffer(6, {T, R + 2 * N}));
-  TS_ASSIGN_OR_RETURN(Tensor dt, Buffer(7, {T, R}));
-  TS_ASSIGN_OR_RETURN(Tensor bm, Buffer(8, {T, N}));
-  TS_ASSIGN_OR_RETURN(Tensor cm, Buffer(9, {T, N}));
-  TS_ASSIGN_OR_RETURN(Tensor delta, Buffer(10, {T, C}));
-  TS_ASSIGN_OR_RETURN(Tensor y, Buffer(11, {T, C}));
-  TS_RETURN_IF_ERROR(be->Embedding(ids, embed_, &x));
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    const Layer& w = layers_[l];
-    Tensor conv_state = pool->conv(l)->Rows(slot, slot + 1).Reshape({C, config_.conv_kernel});
-    Tensor ssm_state = pool->ssm(l)->Rows(slot, slot + 1).Reshape({C, N});
-    TS_RETURN_IF_ERROR(be->RmsNorm(x, w.norm, eps, &h));
-    TS_RETURN_IF_ERROR(be->Linear(h, w.in_proj, &xz));
-    TS_RETURN_IF_ERROR(be->SliceCols(xz, 0, &xs));
-    TS_RETURN_IF_ERROR(be->SliceCols(xz, C, &z));
-    TS_RETURN_IF_ERROR(be->MambaConv(xs, w.conv_w, w.conv_b, &conv_state, &xc));
-    TS_RETURN_IF_ERROR(be->Linear(xc, w.x_proj, &xdbl));
-    TS_RETURN_IF_ERROR(be->SliceCols(xdbl, 0, &dt));
-    TS_RETURN_IF_ERROR(be->SliceCols(xdbl, R, &bm));
-    TS_RETURN_IF_ERROR(be->SliceCols(xdbl, R + N, &cm));
-    TS_RETURN_IF_ERROR(be->Linear(dt, w.dt_proj_w, &delta));
-    TS_RETURN_IF_ERROR(be->MambaScan(xc, delta, w.dt_bias, w.A, bm, cm, w.D, z, &ssm_state, &y));
-    TS_RETURN_IF_ERROR(be->Linear(y, w.out_proj, &h));
-    TS_RETURN_IF_ERROR(be->Add(x, h, &x));
-  }
+  TS_ASSIGN_OR_RETURN(Activations a, MakeActivations(T));
+  TS_RETURN_IF_ERROR(RunLayers(
+      ids, a,
+      [&](size_t l, const Layer& w, Activations& act) {
+        Tensor st = pool->conv(l)->Rows(slot, slot + 1).Reshape({C, config_.conv_kernel});
+        return be->MambaConv(act.xs, w.conv_w, w.conv_b, &st, &act.xc);
+      },
+      [&](size_t l, const Layer& w, Activations& act) {
+        Tensor st = pool->ssm(l)->Rows(slot, slot + 1).Reshape({C, N});
+        return be->MambaScan(act.xc, act.delta, w.dt_bias, w.A, act.bm, act.cm, w.D, act.z, &st,
+                             &act.y);
+      }));
+  const Tensor& x = a.x;
   if (all_logits) return Head(x, logits);
-  TS_ASSIGN_OR_RETURN(Tensor last, Buffer(12, {1, D}));
+  TS_ASSIGN_OR_RETURN(Tensor last, workspace_.Get(12, {1, D}));
   TS_RETURN_IF_ERROR(be->GatherRows(x, {static_cast<int32_t>(T - 1)}, &last));
   return Head(last, logits);
 }
@@ -218,40 +234,17 @@ absl::Status MambaModel::Step(const std::vector<int32_t>& tokens,
 absl::StatusOr<Tensor> MambaModel::StepDevice(const Tensor& ids, const Tensor& slot_t, int64_t B,
                                               MambaStatePool* pool) {
   Backend* be = backend_;
-  const int64_t D = config_.hidden_size, C = config_.intermediate_size;
-  const int64_t N = config_.state_size, R = config_.time_step_rank;
-  const float eps = static_cast<float>(config_.layer_norm_epsilon);
-  TS_ASSIGN_OR_RETURN(Tensor x, Buffer(0, {B, D}));
-  TS_ASSIGN_OR_RETURN(Tensor h, Buffer(1, {B, D}));
-  TS_ASSIGN_OR_RETURN(Tensor xz, Buffer(2, {B, 2 * C}));
-  TS_ASSIGN_OR_RETURN(Tensor xs, Buffer(3, {B, C}));
-  TS_ASSIGN_OR_RETURN(Tensor z, Buffer(4, {B, C}));
-  TS_ASSIGN_OR_RETURN(Tensor xc, Buffer(5, {B, C}));
-  TS_ASSIGN_OR_RETURN(Tensor xdbl, Buffer(6, {B, R + 2 * N}));
-  TS_ASSIGN_OR_RETURN(Tensor dt, Buffer(7, {B, R}));
-  TS_ASSIGN_OR_RETURN(Tensor bm, Buffer(8, {B, N}));
-  TS_ASSIGN_OR_RETURN(Tensor cm, Buffer(9, {B, N}));
-  TS_ASSIGN_OR_RETURN(Tensor delta, Buffer(10, {B, C}));
-  TS_ASSIGN_OR_RETURN(Tensor y, Buffer(11, {B, C}));
-  TS_RETURN_IF_ERROR(be->Embedding(ids, embed_, &x));
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    const Layer& w = layers_[l];
-    TS_RETURN_IF_ERROR(be->RmsNorm(x, w.norm, eps, &h));
-    TS_RETURN_IF_ERROR(be->Linear(h, w.in_proj, &xz));
-    TS_RETURN_IF_ERROR(be->SliceCols(xz, 0, &xs));
-    TS_RETURN_IF_ERROR(be->SliceCols(xz, C, &z));
-    TS_RETURN_IF_ERROR(be->MambaConvBatch(xs, w.conv_w, w.conv_b, slot_t, pool->conv(l), &xc));
-    TS_RETURN_IF_ERROR(be->Linear(xc, w.x_proj, &xdbl));
-    TS_RETURN_IF_ERROR(be->SliceCols(xdbl, 0, &dt));
-    TS_RETURN_IF_ERROR(be->SliceCols(xdbl, R, &bm));
-    TS_RETURN_IF_ERROR(be->SliceCols(xdbl, R + N, &cm));
-    TS_RETURN_IF_ERROR(be->Linear(dt, w.dt_proj_w, &delta));
-    TS_RETURN_IF_ERROR(be->MambaScanBatch(xc, delta, w.dt_bias, w.A, bm, cm, w.D, z, slot_t,
-                                          pool->ssm(l), &y));
-    TS_RETURN_IF_ERROR(be->Linear(y, w.out_proj, &h));
-    TS_RETURN_IF_ERROR(be->Add(x, h, &x));
-  }
-  return HeadDevice(x);
+  TS_ASSIGN_OR_RETURN(Activations a, MakeActivations(B));
+  TS_RETURN_IF_ERROR(RunLayers(
+      ids, a,
+      [&](size_t l, const Layer& w, Activations& act) {
+        return be->MambaConvBatch(act.xs, w.conv_w, w.conv_b, slot_t, pool->conv(l), &act.xc);
+      },
+      [&](size_t l, const Layer& w, Activations& act) {
+        return be->MambaScanBatch(act.xc, act.delta, w.dt_bias, w.A, act.bm, act.cm, w.D, act.z,
+                                  slot_t, pool->ssm(l), &act.y);
+      }));
+  return HeadDevice(a.x);
 }
 
 absl::Status MambaModel::StepWithGraph(const std::vector<int32_t>& tokens,
@@ -294,7 +287,7 @@ absl::Status MambaModel::StepWithGraph(const std::vector<int32_t>& tokens,
   }
   TS_RETURN_IF_ERROR(id.status());
   g.graph_id = *id;
-  g.pinned = buffers_;
+  g.pinned = workspace_.buffers();
   graphs_[B] = std::move(g);
   return absl::OkStatus();
 }

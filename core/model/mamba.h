@@ -8,6 +8,7 @@
 #pragma once
 
 #include <map>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "core/model/ssm_state.h"
 #include "core/model/weight_loader.h"
 #include "core/tensor/backend.h"
+#include "core/tensor/workspace.h"
 
 namespace treespec {
 
@@ -51,8 +53,20 @@ class MambaModel {
   struct Layer {
     Tensor norm, in_proj, conv_w, conv_b, x_proj, dt_proj_w, dt_bias, A, D, out_proj;
   };
+  // Activations of one pass over T rows (workspace views).
+  struct Activations {
+    Tensor x, h, xz, xs, z, xc, xdbl, dt, bm, cm, delta, y;
+  };
+  // The conv and scan of layer l: the only part that reads and writes the
+  // recurrent state, which differs between a prompt (one sequence, L rows)
+  // and a batched step (B sequences, one row each).
+  using StateOp = std::function<absl::Status(size_t l, const Layer& w, Activations& a)>;
+
   MambaModel() = default;
-  absl::StatusOr<Tensor> Buffer(int index, Shape shape);
+  absl::StatusOr<Activations> MakeActivations(int64_t rows);
+  // in: ids [T]; runs embedding and every layer; out: a.x [T, D].
+  absl::Status RunLayers(const Tensor& ids, Activations& a, const StateOp& conv,
+                         const StateOp& scan);
   absl::Status CheckTokens(const std::vector<int32_t>& tokens) const;
   // Shared tail: x [T, D] -> logits rows.
   absl::Status Head(const Tensor& x, std::vector<float>* logits);
@@ -77,7 +91,7 @@ class MambaModel {
   Backend* backend_ = nullptr;
   Tensor embed_, norm_f_, lm_head_;
   std::vector<Layer> layers_;
-  std::vector<Tensor> buffers_;
+  Workspace workspace_;
   bool use_graphs_ = false;
   bool graphs_unavailable_ = false;
   std::map<int64_t, StepGraph> graphs_;  // by batch size
