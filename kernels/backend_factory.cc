@@ -14,7 +14,15 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int, DType) {
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& spec) {
   std::vector<std::string> parts = absl::StrSplit(spec, ':');
-  if (parts[0] == "cpu" && parts.size() == 1) return CreateCpuBackend();
+  if (parts[0] == "cpu") {
+    int threads = 1;
+    if (parts.size() > 2 || (parts.size() == 2 && (!absl::SimpleAtoi(parts[1], &threads) ||
+                                                    threads < 1 || threads > 256))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--device: bad device '", spec, "' (expected cpu or cpu:THREADS)"));
+    }
+    return CreateCpuBackend(threads);
+  }
   if (parts[0] == "cuda") {
     int index = 0;
     DType dtype = DType::kF16;

@@ -27,6 +27,7 @@ trap cleanup EXIT INT TERM
 # start NAME CMD... : runs CMD in the background and waits for "listening on".
 start() {
   local name=$1; shift
+  : >"$WORK/$name.out"
   "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
   PIDS+=($!)
   for _ in $(seq 600); do
@@ -75,19 +76,26 @@ C=$(start coordinator "$BIN/treespec-coordinator" --listen 127.0.0.1:0 --workers
 echo "coordinator $C"
 
 PROMPT="${TREESPEC_DEMO_PROMPT:-Once upon a time, there was a little dog named}"
-first=1
-for d in "${DRAFTERS[@]}" "none:none:"; do
-  IFS=: read -r name kind dir <<<"$d"
+# gen LABEL ARGS...: one completion with its acceptance statistics.
+gen() {
+  local label=$1; shift
   echo
-  echo "== greedy, drafter=$name"
-  "$BIN/treespec" generate --server "$C" --prompt "$PROMPT" --max-tokens 96 --drafter "$name"
-  if [ "$first" = 1 ] && [ "$name" != none ]; then
-    echo
-    echo "== temperature 0.8, multi-round speculative sampling, drafter=$name, seed 7"
-    "$BIN/treespec" generate --server "$C" --prompt "$PROMPT" --max-tokens 96 --drafter "$name" \
-      --temperature 0.8 --seed 7 --verify multiround
+  echo "== $label"
+  "$BIN/treespec" generate --server "$C" --prompt "$PROMPT" --max-tokens 96 "$@"
+}
+first=1
+for d in "${DRAFTERS[@]}"; do
+  IFS=: read -r name kind dir <<<"$d"
+  # On a CPU a verify pass costs about one token's time per tree node, so short
+  # chains win here; on a GPU a 64-node tree costs little more than one token.
+  gen "greedy, drafter=$name, tree=chain:4" --drafter "$name" --tree chain:4
+  gen "greedy, drafter=$name, tree=3,2,2,1,1" --drafter "$name" --tree 3,2,2,1,1
+  if [ "$first" = 1 ]; then
+    gen "temperature 0.8, multi-round speculative sampling, drafter=$name, tree=2,2,1,1, seed 7" \
+      --drafter "$name" --tree 2,2,1,1 --temperature 0.8 --seed 7 --verify multiround
     first=0
   fi
 done
+gen "greedy, no drafter (plain decoding, the reference)" --drafter none
 echo
 echo "== demo finished"

@@ -166,12 +166,15 @@ class Backend {
   }
 };
 
-// The CPU backend (float32, OpenBLAS). Always available.
-std::unique_ptr<Backend> CreateCpuBackend();
+// The CPU backend (float32). Always available. `threads` > 1 lets large
+// matrix products and attention use that many OpenMP threads; the default of
+// one is fastest on machines shared with other processes.
+std::unique_ptr<Backend> CreateCpuBackend(int threads = 1);
 // The CUDA backend on `device_index` with fp16 or bf16 storage. Returns
 // UNAVAILABLE when treespec was built without CUDA or no GPU is present.
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device_index, DType dtype);
-// "cpu", "cuda", "cuda:1", optionally with ":bf16"/":f16" (default f16 on CUDA).
+// "cpu", "cpu:N" (N threads), "cuda", "cuda:1", optionally with ":bf16"/":f16"
+// (default f16 on CUDA).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& spec);
 
 }  // namespace treespec

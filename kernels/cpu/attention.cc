@@ -11,7 +11,7 @@ namespace treespec::cpu {
 // exactly the same float operations as the same token decoded on its own.
 void Attention(const float* q, const float* k_cache, const float* v_cache,
                const AttentionBatch& batch, int H, int Hkv, int Dh, float scale,
-               float* out) {
+               float* out, int threads) {
   const int group = H / Hkv;
   const int T = batch.num_tokens();
   std::vector<int> token_seq(T);
@@ -22,7 +22,7 @@ void Attention(const float* q, const float* k_cache, const float* v_cache,
   for (int s = 0; s < batch.num_seqs; ++s) {
     work += static_cast<int64_t>(batch.num_new(s)) * (batch.context_lens[s] + batch.tail_len(s));
   }
-#pragma omp parallel if (work * H * Dh > (1 << 21))
+#pragma omp parallel num_threads(threads) if (threads > 1 && work * H * Dh > (1 << 21))
   {
     std::vector<int64_t> slots;
     std::vector<float> scores;

@@ -17,6 +17,6 @@ void QkvRope(const float* qkv, const int32_t* positions, const float* inv_freq,
 // in: q [T, H, Dh], k_cache, v_cache [num_slots, Hkv, Dh]; out: out [T, H, Dh].
 void Attention(const float* q, const float* k_cache, const float* v_cache,
                const treespec::AttentionBatch& batch, int H, int Hkv, int Dh, float scale,
-               float* out);
+               float* out, int threads = 1);
 
 }  // namespace treespec::cpu

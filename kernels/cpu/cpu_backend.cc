@@ -33,8 +33,10 @@ int64_t RowSize(const Tensor& t) {
 
 class CpuBackend final : public Backend {
  public:
+  explicit CpuBackend(int threads) : threads_(threads) {}
   DeviceKind device() const override { return DeviceKind::kCpu; }
   std::string name() const override { return "cpu"; }
+  int threads() const { return threads_; }
   DType activation_dtype() const override { return DType::kF32; }
   bool CanAliasHost(DType dtype) const override { return dtype == DType::kF32; }
 
@@ -130,7 +132,7 @@ class CpuBackend final : public Backend {
                                                      " out ", out->DebugString()));
     }
     cpu::Linear(x.data<float>(), w.data<float>(), static_cast<int>(x.dim(0)), K, N,
-                out->data<float>());
+                out->data<float>(), threads_);
     return absl::OkStatus();
   }
 
@@ -203,7 +205,7 @@ class CpuBackend final : public Backend {
     const int H = static_cast<int>(q.dim(1)), Dh = static_cast<int>(q.dim(2));
     const int Hkv = static_cast<int>(k_cache.dim(1));
     cpu::Attention(q.data<float>(), k_cache.data<float>(), v_cache.data<float>(), plan.batch(),
-                   H, Hkv, Dh, scale, out->data<float>());
+                   H, Hkv, Dh, scale, out->data<float>(), threads_);
     return absl::OkStatus();
   }
 
@@ -273,10 +275,15 @@ class CpuBackend final : public Backend {
     }
     return absl::OkStatus();
   }
+
+ private:
+  const int threads_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> CreateCpuBackend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> CreateCpuBackend(int threads) {
+  return std::make_unique<CpuBackend>(std::max(1, threads));
+}
 
 }  // namespace treespec

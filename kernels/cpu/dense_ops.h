@@ -13,8 +13,9 @@ namespace treespec::cpu {
 void Embedding(const int32_t* ids, int T, const float* table, int D, float* out);
 // in: x [T, D], w [D]; out: out [T, D] (may alias x).
 void RmsNorm(const float* x, const float* w, int T, int D, float eps, float* out);
-// in: x [T, K], w [N, K]; out: out [T, N] = x · wᵀ.
-void Linear(const float* x, const float* w, int T, int K, int N, float* out);
+// in: x [T, K], w [N, K]; out: out [T, N] = x · wᵀ. Up to `threads` OpenMP
+// threads for large products (results do not depend on the thread count).
+void Linear(const float* x, const float* w, int T, int K, int N, float* out, int threads = 1);
 // out[i] = a[i] + b[i], n elements; may alias.
 void Add(const float* a, const float* b, int64_t n, float* out);
 // in: gu [T, 2F]; out: out [T, F] = silu(gu[:, :F]) * gu[:, F:].

@@ -28,21 +28,30 @@ __attribute__((target("avx2,fma"))) inline float Reduce8(__m256 v) {
 }
 
 template <int TR, int NR>
-__attribute__((target("avx2,fma"))) void TileAvx2(const float* x, const float* w, int K,
-                                                  int64_t ldo, float* out) {
+__attribute__((target("avx2,fma"), always_inline)) inline void TileAvx2(const float* x,
+                                                                     const float* w, int K,
+                                                                     int64_t ldo, float* out) {
+  // Fully unrolled so the TR x NR accumulators stay in registers.
   __m256 acc[TR][NR];
+#pragma GCC unroll 8
   for (int i = 0; i < TR; ++i)
+#pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_ps();
   const int K8 = K & ~7;
   for (int k = 0; k < K8; k += 8) {
     __m256 wv[NR];
+#pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) wv[j] = _mm256_loadu_ps(w + static_cast<int64_t>(j) * K + k);
+#pragma GCC unroll 8
     for (int i = 0; i < TR; ++i) {
-      __m256 xv = _mm256_loadu_ps(x + static_cast<int64_t>(i) * K + k);
+      const __m256 xv = _mm256_loadu_ps(x + static_cast<int64_t>(i) * K + k);
+#pragma GCC unroll 8
       for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
     }
   }
+#pragma GCC unroll 8
   for (int i = 0; i < TR; ++i) {
+#pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) {
       float s = Reduce8(acc[i][j]);
       const float* xr = x + static_cast<int64_t>(i) * K;
@@ -54,9 +63,12 @@ __attribute__((target("avx2,fma"))) void TileAvx2(const float* x, const float* w
 }
 
 __attribute__((target("avx2,fma"))) void LinearAvx2(const float* x, const float* w, int T,
-                                                    int K, int N, float* out) {
-  constexpr int kNB = 16;  // weight rows per L1 block
-#pragma omp parallel for schedule(static) if (static_cast<int64_t>(N) * K * T > (1 << 22))
+                                                    int K, int N, float* out, int threads) {
+  // Weight rows per block: about 16 KiB, so a block stays in L1 while every
+  // row of x passes over it.
+  const int kNB = std::max(2, (16 << 10) / std::max(1, K * 4)) & ~1;
+#pragma omp parallel for schedule(static) num_threads(threads) \
+    if (threads > 1 && static_cast<int64_t>(N) * K * T > (1 << 22))
   for (int nb = 0; nb < N; nb += kNB) {
     const int ne = std::min(N, nb + kNB);
     int t = 0;
@@ -86,8 +98,10 @@ __attribute__((target("avx2,fma"))) void LinearAvx2(const float* x, const float*
 }
 
 // ---- portable path (same invariance, no SIMD requirement) --------------------
-void LinearPortable(const float* x, const float* w, int T, int K, int N, float* out) {
-#pragma omp parallel for schedule(static) if (static_cast<int64_t>(N) * K * T > (1 << 22))
+void LinearPortable(const float* x, const float* w, int T, int K, int N, float* out,
+                    int threads) {
+#pragma omp parallel for schedule(static) num_threads(threads) \
+    if (threads > 1 && static_cast<int64_t>(N) * K * T > (1 << 22))
   for (int n = 0; n < N; ++n) {
     const float* wr = w + static_cast<int64_t>(n) * K;
     for (int t = 0; t < T; ++t) {
@@ -111,12 +125,12 @@ bool HaveAvx2Fma() {
 
 }  // namespace
 
-void Linear(const float* x, const float* w, int T, int K, int N, float* out) {
+void Linear(const float* x, const float* w, int T, int K, int N, float* out, int threads) {
   if (T == 0 || N == 0) return;
   if (HaveAvx2Fma()) {
-    LinearAvx2(x, w, T, K, N, out);
+    LinearAvx2(x, w, T, K, N, out, threads);
   } else {
-    LinearPortable(x, w, T, K, N, out);
+    LinearPortable(x, w, T, K, N, out, threads);
   }
 }
 

@@ -7,7 +7,7 @@
 //
 //   build/bin/spec_bench --target models/demo/target \
 //       --drafters mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter \
-//       [--tree 3,2,2,1,1] [--max_tokens 128] [--requests_per_client 2]
+//       [--trees "chain:4;3,2,2,1,1"] [--max_tokens 128] [--requests_per_client 2]
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,7 +27,7 @@
 ABSL_FLAG(std::string, target, "models/demo/target", "Target model directory");
 ABSL_FLAG(std::string, drafters, "mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter",
           "KIND=DIR[,KIND=DIR...]");
-ABSL_FLAG(std::string, tree, "3,2,2,1,1", "Tree shape of the speculative runs");
+ABSL_FLAG(std::string, trees, "chain:4;3,2,2,1,1", "';'-separated tree shapes of the speculative runs");
 ABSL_FLAG(std::string, concurrency, "1,4,16", "Concurrent clients per run");
 ABSL_FLAG(int32_t, max_tokens, 128, "Tokens per request");
 ABSL_FLAG(int32_t, requests_per_client, 2, "Requests each client sends in sequence");
@@ -203,12 +203,14 @@ int Main() {
                 plain.tokens_per_s, "1.00x", plain.mean_accepted, plain.step_ms, plain.draft_ms,
                 plain.verify_ms, plain.other_ms);
     for (const std::string& name : names) {
-      RunResult r = Run(coordinator->get(), name, absl::GetFlag(FLAGS_tree), c);
-      char sp[16];
-      std::snprintf(sp, sizeof(sp), "%.2fx", r.tokens_per_s / plain.tokens_per_s);
-      std::printf("%-12s %-11s %5d %10.1f %8s %9.2f %9.2f %9.2f %11.2f %8.2f\n", name.c_str(),
-                  absl::GetFlag(FLAGS_tree).c_str(), c, r.tokens_per_s, sp, r.mean_accepted,
-                  r.step_ms, r.draft_ms, r.verify_ms, r.other_ms);
+      for (absl::string_view tree : absl::StrSplit(absl::GetFlag(FLAGS_trees), ';', absl::SkipEmpty())) {
+        RunResult r = Run(coordinator->get(), name, std::string(tree), c);
+        char sp[16];
+        std::snprintf(sp, sizeof(sp), "%.2fx", r.tokens_per_s / plain.tokens_per_s);
+        std::printf("%-12s %-11s %5d %10.1f %8s %9.2f %9.2f %9.2f %11.2f %8.2f\n", name.c_str(),
+                    std::string(tree).c_str(), c, r.tokens_per_s, sp, r.mean_accepted, r.step_ms,
+                    r.draft_ms, r.verify_ms, r.other_ms);
+      }
     }
     std::fflush(stdout);
   }
