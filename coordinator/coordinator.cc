@@ -66,6 +66,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   options.lane.tokenizer = c->tokenizer_.get();
   options.lane.next_sequence_id = &c->next_sequence_id_;
   options.lane.max_batch = options.max_batch;
+  options.lane.telemetry = options.telemetry;
   c->ctx_.tokenizer = c->tokenizer_.get();
   c->ctx_.default_drafter = options.default_drafter;
   c->ctx_.default_tree = options.default_tree;
@@ -175,7 +176,7 @@ Lane* Coordinator::LaneFor(int worker, int drafter) {
 
 absl::StatusOr<std::shared_ptr<RequestState>> Coordinator::Submit(
     const v1::GenerateRequest& request, Clock::time_point received,
-    std::optional<Clock::time_point> deadline) {
+    std::optional<Clock::time_point> deadline, const SpanContext& trace) {
   TS_ASSIGN_OR_RETURN(GenerationRequest g, ValidateRequest(request, ctx_));
   absl::MutexLock lock(&mu_);
   int64_t waiting = 0;
@@ -208,7 +209,7 @@ absl::StatusOr<std::shared_ptr<RequestState>> Coordinator::Submit(
       if (best_drafter < 0 || better(i, best_drafter)) best_drafter = i;
     }
   }
-  auto state = std::make_shared<RequestState>(std::move(g), received, deadline);
+  auto state = std::make_shared<RequestState>(std::move(g), received, deadline, trace);
   workers_[best_worker]->health.AddLoad(1);
   if (best_drafter >= 0) drafters_[best_drafter]->health.AddLoad(1);
   LaneFor(best_worker, best_drafter)->Add(state);

@@ -20,6 +20,7 @@
 #include "coordinator/endpoints.h"
 #include "coordinator/lane.h"
 #include "coordinator/request.h"
+#include "coordinator/telemetry.h"
 #include "coordinator/validate.h"
 #include "treespec/v1/generation.pb.h"
 
@@ -35,6 +36,7 @@ struct CoordinatorOptions {
   int32_t default_max_tokens = 128;
   std::chrono::milliseconds startup_timeout{60000};
   LaneOptions lane;                           // timeouts (shapes/tokenizer filled in)
+  CoordinatorTelemetry* telemetry = nullptr;  // metrics and traces; not owned; null: none
   absl::Status Validate() const;
 };
 
@@ -59,9 +61,10 @@ class Coordinator {
   // when no worker is healthy.
   absl::StatusOr<std::shared_ptr<RequestState>> Submit(
       const v1::GenerateRequest& request, RequestState::Clock::time_point received,
-      std::optional<RequestState::Clock::time_point> deadline);
+      std::optional<RequestState::Clock::time_point> deadline, const SpanContext& trace = {});
 
   v1::ModelInfo ModelInfo() const;
+  CoordinatorTelemetry* telemetry() const { return options_.telemetry; }
   const ValidationContext& validation() const { return ctx_; }
   // Step statistics summed over lanes (benchmarks).
   LaneStepStats TotalStats() const;

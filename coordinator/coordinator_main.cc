@@ -10,6 +10,8 @@
 #include "absl/strings/str_split.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/generation_service.h"
+#include "coordinator/telemetry.h"
+#include "rpc/observability.h"
 #include "rpc/server.h"
 #include "rpc/signals.h"
 
@@ -33,6 +35,9 @@ ABSL_FLAG(int32_t, shutdown_grace_s, 30, "Seconds streams may take to finish aft
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate (enables TLS on the public port)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key");
 ABSL_FLAG(std::string, tls_ca, "", "PEM CA bundle (client side: verifies workers and drafters)");
+ABSL_FLAG(std::string, trace_steps, "spans",
+          "Per-step tracing of sampled requests: spans (a draft and a verify span per step), "
+          "events (step events on one decode span per sequence) or off");
 
 namespace treespec {
 namespace {
@@ -45,6 +50,15 @@ int Fail(const absl::Status& st) {
 int Main() {
   TlsFiles tls{absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
                absl::GetFlag(FLAGS_tls_ca)};
+  StepTracing step_tracing;
+  if (!ParseStepTracing(absl::GetFlag(FLAGS_trace_steps), &step_tracing)) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--trace_steps: '", absl::GetFlag(FLAGS_trace_steps), "' is not spans, events or off")));
+  }
+  auto obs = ServiceObservability::Start(
+      ObservabilityOptions::FromFlags("treespec-coordinator", absl::GetFlag(FLAGS_listen)));
+  if (!obs.ok()) return Fail(obs.status());
+  CoordinatorTelemetry telemetry((*obs)->registry(), (*obs)->tracer(), step_tracing);
   std::vector<std::unique_ptr<WorkerClient>> workers;
   for (absl::string_view w : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',', absl::SkipEmpty())) {
     if (absl::Status st = CheckHostPort("--workers", std::string(w)); !st.ok()) return Fail(st);
@@ -76,19 +90,29 @@ int Main() {
   options.startup_timeout = std::chrono::seconds(absl::GetFlag(FLAGS_startup_timeout_s));
   options.lane.draft_timeout = std::chrono::milliseconds(absl::GetFlag(FLAGS_draft_timeout_ms));
   options.lane.verify_timeout = std::chrono::milliseconds(absl::GetFlag(FLAGS_verify_timeout_ms));
+  options.telemetry = &telemetry;
   auto coordinator = Coordinator::Create(options, std::move(workers), std::move(drafters),
                                          std::move(tokenizer));
   if (!coordinator.ok()) return Fail(coordinator.status());
   if (absl::Status st = (*coordinator)->Start(); !st.ok()) return Fail(st);
   GenerationService service(coordinator->get());
-  auto server = StartServer(absl::GetFlag(FLAGS_listen), {&service}, tls);
+  // Generate makes its own `generate` span (coordinator/generate_telemetry.h).
+  auto server = StartServer(absl::GetFlag(FLAGS_listen), {&service}, tls,
+                            (*obs)->Interceptors({"/treespec.v1.Generation/Generate"}));
   if (!server.ok()) return Fail(server.status());
+  telemetry.RegisterGauges(coordinator->get());
+  (*obs)->SetServing(true);
   std::printf("listening on %s\n", server->address.c_str());
   std::fflush(stdout);
+  // SIGTERM: NOT_SERVING, refuse new calls, let streams finish within the
+  // grace period, then flush traces (stopping the metrics endpoint before the
+  // coordinator its gauges read goes away).
   WaitForTerminationSignal();
+  (*obs)->SetServing(false);
   server->server->GetHealthCheckService()->SetServingStatus(false);
   server->server->Shutdown(std::chrono::system_clock::now() +
                            std::chrono::seconds(absl::GetFlag(FLAGS_shutdown_grace_s)));
+  (*obs)->Shutdown();
   return 0;
 }
 
@@ -97,6 +121,7 @@ int Main() {
 
 int main(int argc, char** argv) {
   treespec::BlockTerminationSignals();
+  treespec::ConfigureFlagHelp();
   absl::SetProgramUsageMessage(
       "Public endpoint: drafts, verifies and streams completions.\n"
       "Usage: treespec-coordinator --listen HOST:PORT --workers ADDR[,ADDR...] "

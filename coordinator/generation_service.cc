@@ -1,6 +1,8 @@
 #include "coordinator/generation_service.h"
 
+#include "coordinator/generate_telemetry.h"
 #include "rpc/status_convert.h"
+#include "rpc/trace_grpc.h"
 
 namespace treespec {
 
@@ -13,24 +15,28 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* ctx, const v1::Gen
     deadline = received + std::chrono::duration_cast<RequestState::Clock::duration>(
                               sys_deadline - std::chrono::system_clock::now());
   }
+  GenerateTelemetry telemetry(coordinator_->telemetry(), ExtractTraceparent(ctx->client_metadata()),
+                              received);
   absl::StatusOr<std::shared_ptr<RequestState>> state =
-      coordinator_->Submit(*req, received, deadline);
-  if (!state.ok()) return ToGrpc(state.status());
+      coordinator_->Submit(*req, received, deadline, telemetry.context());
+  if (!state.ok()) return telemetry.Finish(ToGrpc(state.status()));
+  telemetry.Admitted((*state)->request());
   while (true) {
     v1::GenerateResponse chunk;
     bool done = false;
     absl::Status status;
     if ((*state)->Pop(absl::Milliseconds(20), &chunk, &done, &status)) {
+      telemetry.OnChunk(chunk);
       if (!writer->Write(chunk)) {
         (*state)->Cancel();
-        return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+        return telemetry.Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
       }
       continue;
     }
-    if (done) return ToGrpc(status);
+    if (done) return telemetry.Finish(ToGrpc(status));
     if (ctx->IsCancelled()) {
       (*state)->Cancel();
-      return grpc::Status(grpc::StatusCode::CANCELLED, "request cancelled");
+      return telemetry.Finish(grpc::Status(grpc::StatusCode::CANCELLED, "request cancelled"));
     }
   }
 }

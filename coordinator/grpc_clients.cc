@@ -1,5 +1,6 @@
 #include "coordinator/clients.h"
 #include "rpc/status_convert.h"
+#include "rpc/trace_grpc.h"
 #include "treespec/v1/drafter.grpc.pb.h"
 #include "treespec/v1/worker.grpc.pb.h"
 
@@ -10,6 +11,7 @@ template <typename Resp, typename Call>
 absl::StatusOr<Resp> Unary(std::chrono::milliseconds timeout, Call call) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  InjectTraceContext(&ctx);  // the calling lane's batch trace, if any
   Resp resp;
   grpc::Status st = call(&ctx, &resp);
   if (!st.ok()) return FromGrpc(st);

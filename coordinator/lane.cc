@@ -5,6 +5,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/lane_telemetry.h"
 #include "rpc/proto_convert.h"
 #include "rpc/status_convert.h"
 
@@ -60,6 +61,7 @@ struct Lane::Seq {
   std::string last_tree = "none";
   Clock::time_point admitted, first_token, last_token;
   bool done = false;
+  SeqTelemetry tel;  // metrics and trace spans (lane_telemetry.h)
 };
 
 Lane::Lane(WorkerEndpoint* worker, DrafterEndpoint* drafter, LaneOptions options)
@@ -150,6 +152,7 @@ void Lane::Admit(std::vector<std::shared_ptr<RequestState>> arrivals) {
     seq->req = req;
     seq->id = options_.next_sequence_id->fetch_add(1);
     seq->admitted = now;
+    seq->tel.Admit(options_.telemetry, *req, now);
     const GenerationRequest& g = req->request();
     if (options_.tokenizer != nullptr) {
       seq->detok = std::make_unique<IncrementalDetokenizer>(options_.tokenizer);
@@ -167,7 +170,9 @@ void Lane::Admit(std::vector<std::shared_ptr<RequestState>> arrivals) {
     fresh.push_back(std::move(seq));
   }
   if (fresh.empty()) return;
+  BatchRpcTrace prefill_trace(options_.telemetry, "prefill", fresh);
   absl::StatusOr<v1::WorkerOpenResponse> resp = worker_->client->Open(open, options_.open_timeout);
+  prefill_trace.End(resp.status());
   if (!resp.ok()) {
     worker_->health.MarkFailed(Clock::now());
     for (auto& s : fresh) {
@@ -218,8 +223,10 @@ void Lane::ReopenDrafts() {
   if (release.sequence_ids_size() > 0) {
     (void)drafter_->client->Release(release, options_.draft_timeout);
   }
+  BatchRpcTrace open_trace(options_.telemetry, "drafter_open", who);
   absl::StatusOr<v1::DrafterOpenResponse> resp =
       drafter_->client->Open(open, options_.open_timeout);
+  open_trace.End(resp.status());
   if (!resp.ok()) {
     drafter_->health.MarkFailed(Clock::now());
     for (Seq* s : who) s->drafter_stale = true;
@@ -278,8 +285,10 @@ void Lane::Step() {
     drafting.push_back(s.get());
   }
   if (!drafting.empty()) {
+    BatchRpcTrace draft_trace(options_.telemetry, "draft", drafting);
     const Clock::time_point t0 = Clock::now();
     absl::StatusOr<v1::DraftResponse> resp = drafter_->client->Draft(dreq, options_.draft_timeout);
+    draft_trace.End(resp.status());
     {
       absl::MutexLock lock(&mu_);
       stats_.draft_ns += Ns(Clock::now() - t0);
@@ -304,6 +313,7 @@ void Lane::Step() {
           continue;
         }
         trees[s->id] = FromProto(resp->results(i).tree());
+        s->tel.OnDraft(shapes[s->id], trees[s->id].num_nodes());
         s->drafter_step += 1;
         s->undrafted.clear();
       }
@@ -326,14 +336,17 @@ void Lane::Step() {
       st->mutable_tree()->add_parents(-1);
       if (s->req->request().drafter != "none" && !budget_spent.count(s->id)) {
         s->fallback_steps += 1;
+        s->tel.OnFallback();
       }
     }
     if (s->req->request().mode.has_value()) st->set_mode(ToProto(*s->req->request().mode));
     verifying.push_back(s.get());
   }
   if (verifying.empty()) return;
+  BatchRpcTrace verify_trace(options_.telemetry, "verify", verifying);
   const Clock::time_point t0 = Clock::now();
   absl::StatusOr<v1::VerifyResponse> resp = worker_->client->Verify(vreq, options_.verify_timeout);
+  verify_trace.End(resp.status());
   {
     absl::MutexLock lock(&mu_);
     stats_.steps += 1;
@@ -378,6 +391,8 @@ void Lane::Step() {
         s->bandit->Update(arm, r.num_accepted() + 1);
       }
     }
+    s->tel.OnVerify(it != trees.end() ? it->second.num_nodes() : 1, r.num_accepted(),
+                    it != trees.end() ? shapes[s->id] : std::string());
     s->tokens.insert(s->tokens.end(), new_tokens.begin(), new_tokens.end());
     s->undrafted.insert(s->undrafted.end(), new_tokens.begin(), new_tokens.end());
     s->last_token = Clock::now();
@@ -440,6 +455,7 @@ void Lane::Emit(Seq* s, const std::vector<int32_t>& new_tokens) {
 void Lane::FinishSeq(Seq* s, absl::Status status) {
   if (s->done) return;
   s->done = true;
+  s->tel.Finish(status);
   s->req->Finish(std::move(status));
   worker_->health.AddLoad(-1);
   if (drafter_ != nullptr) drafter_->health.AddLoad(-1);

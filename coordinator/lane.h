@@ -29,6 +29,7 @@
 #include "core/spec/stop.h"
 #include "coordinator/endpoints.h"
 #include "coordinator/request.h"
+#include "coordinator/telemetry.h"
 
 namespace treespec {
 
@@ -41,6 +42,7 @@ struct LaneOptions {
   BanditOptions bandit;
   const Tokenizer* tokenizer = nullptr;  // for text deltas; null: ids only
   std::atomic<uint64_t>* next_sequence_id = nullptr;
+  CoordinatorTelemetry* telemetry = nullptr;  // not owned; null: no metrics or traces
 };
 
 // Per-step accounting the lane reports (for benchmarks and metrics).

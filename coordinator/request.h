@@ -21,6 +21,7 @@
 #include "core/spec/sampling.h"
 #include "core/spec/tree_shape.h"
 #include "core/spec/verify.h"
+#include "obs/trace_context.h"
 #include "treespec/v1/generation.pb.h"
 
 namespace treespec {
@@ -43,12 +44,14 @@ class RequestState {
   using Clock = std::chrono::steady_clock;
 
   RequestState(GenerationRequest request, Clock::time_point received,
-               std::optional<Clock::time_point> deadline)
-      : request_(std::move(request)), received_(received), deadline_(deadline) {}
+               std::optional<Clock::time_point> deadline, SpanContext trace = {})
+      : request_(std::move(request)), received_(received), deadline_(deadline), trace_(trace) {}
 
   const GenerationRequest& request() const { return request_; }
   Clock::time_point received() const { return received_; }
   std::optional<Clock::time_point> deadline() const { return deadline_; }
+  // The request's `generate` span (coordinator/telemetry.h); invalid if untraced.
+  const SpanContext& trace() const { return trace_; }
 
   void Cancel() { cancelled_.store(true); }
   bool cancelled() const { return cancelled_.load(); }
@@ -66,6 +69,7 @@ class RequestState {
   const GenerationRequest request_;
   const Clock::time_point received_;
   const std::optional<Clock::time_point> deadline_;
+  const SpanContext trace_;
   std::atomic<bool> cancelled_{false};
   absl::Mutex mu_;
   std::deque<v1::GenerateResponse> chunks_ ABSL_GUARDED_BY(mu_);

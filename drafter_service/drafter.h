@@ -69,7 +69,7 @@ struct DrafterOptions {
   int64_t max_sequences = 64;
   int64_t max_tree_nodes = 64;  // root included
   int64_t max_context = 4096;   // transformer: KV per sequence
-  int32_t default_top_k = 8;
+  int32_t default_top_k = 32;
   bool use_graphs = true;       // CUDA graphs for batched steps where supported
   absl::Status Validate() const;
 };

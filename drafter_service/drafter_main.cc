@@ -9,6 +9,7 @@
 #include "core/tensor/backend.h"
 #include "drafter_service/drafter.h"
 #include "drafter_service/drafter_service.h"
+#include "rpc/observability.h"
 #include "rpc/server.h"
 #include "rpc/signals.h"
 
@@ -19,7 +20,7 @@ ABSL_FLAG(std::string, device, "cpu", "Backend: cpu, cuda, cuda:N, cuda:N:bf16")
 ABSL_FLAG(int64_t, max_sequences, 64, "Most concurrently open sequences");
 ABSL_FLAG(int64_t, max_tree_nodes, 64, "Largest tree per sequence (root included)");
 ABSL_FLAG(int64_t, max_context, 4096, "transformer: longest sequence in the drafter's KV cache");
-ABSL_FLAG(int32_t, top_k, 8, "Default support size of the draft distribution q");
+ABSL_FLAG(int32_t, top_k, 32, "Default support size of the draft distribution q");
 ABSL_FLAG(bool, graphs, true, "Use CUDA graphs for batched steps (cuda only)");
 ABSL_FLAG(int32_t, shutdown_grace_s, 30, "Seconds in-flight calls may take after SIGTERM");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate (enables TLS)");
@@ -52,14 +53,21 @@ int Main() {
   DrafterService service(drafter->get(), dir.substr(dir.find_last_of('/') + 1));
   TlsFiles tls{absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
                absl::GetFlag(FLAGS_tls_ca)};
-  auto server = StartServer(absl::GetFlag(FLAGS_listen), {&service}, tls);
+  auto obs = ServiceObservability::Start(
+      ObservabilityOptions::FromFlags("treespec-drafter", absl::GetFlag(FLAGS_listen)));
+  if (!obs.ok()) return Fail(obs.status());
+  (*obs)->RegisterService(&service);
+  auto server = StartServer(absl::GetFlag(FLAGS_listen), {&service}, tls, (*obs)->Interceptors());
   if (!server.ok()) return Fail(server.status());
+  (*obs)->SetServing(true);
   std::printf("listening on %s\n", server->address.c_str());
   std::fflush(stdout);
   WaitForTerminationSignal();
+  (*obs)->SetServing(false);
   server->server->GetHealthCheckService()->SetServingStatus(false);
   server->server->Shutdown(std::chrono::system_clock::now() +
                            std::chrono::seconds(absl::GetFlag(FLAGS_shutdown_grace_s)));
+  (*obs)->Shutdown();
   return 0;
 }
 
@@ -68,6 +76,7 @@ int Main() {
 
 int main(int argc, char** argv) {
   treespec::BlockTerminationSignals();
+  treespec::ConfigureFlagHelp();
   absl::SetProgramUsageMessage(
       "Serves a drafter model that proposes token trees.\n"
       "Usage: treespec-drafter --kind mamba|transformer --model DIR --listen HOST:PORT");

@@ -19,9 +19,10 @@ absl::Status CheckHostPort(const std::string& flag, const std::string& value) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<RunningServer> StartServer(const std::string& listen,
-                                          const std::vector<grpc::Service*>& services,
-                                          const TlsFiles& tls) {
+absl::StatusOr<RunningServer> StartServer(
+    const std::string& listen, const std::vector<grpc::Service*>& services, const TlsFiles& tls,
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+        interceptors) {
   if (absl::Status st = CheckHostPort("--listen", listen); !st.ok()) return st;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -46,6 +47,7 @@ absl::StatusOr<RunningServer> StartServer(const std::string& listen,
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.SetMaxSendMessageSize(64 << 20);
   for (grpc::Service* s : services) builder.RegisterService(s);
+  if (!interceptors.empty()) builder.experimental().SetInterceptorCreators(std::move(interceptors));
   RunningServer out;
   out.server = builder.BuildAndStart();
   if (out.server == nullptr || port == 0) {

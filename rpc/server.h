@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/support/server_interceptor.h"
 
 namespace treespec {
 
@@ -26,9 +27,12 @@ struct RunningServer {
 
 // Builds and starts a server for `services` on `listen`. The health service
 // reports SERVING for "" once started.
-absl::StatusOr<RunningServer> StartServer(const std::string& listen,
-                                          const std::vector<grpc::Service*>& services,
-                                          const TlsFiles& tls = {});
+// `interceptors` (rpc/observability.h) are installed on the server.
+absl::StatusOr<RunningServer> StartServer(
+    const std::string& listen, const std::vector<grpc::Service*>& services,
+    const TlsFiles& tls = {},
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+        interceptors = {});
 
 // Client channel credentials: TLS with `tls.ca` if set, else insecure.
 std::shared_ptr<grpc::ChannelCredentials> ClientCredentials(const TlsFiles& tls);

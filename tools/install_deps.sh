@@ -4,8 +4,8 @@
 set -euo pipefail
 PKGS="build-essential cmake ninja-build pkg-config ccache
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-      libgloo-dev libopenblas-dev libsentencepiece-dev libicu-dev nlohmann-json3-dev
-      libcpp-httplib-dev libssl-dev libboost-dev libgtest-dev libgmock-dev libbenchmark-dev"
+      libgloo-dev libsentencepiece-dev libicu-dev nlohmann-json3-dev
+      libcpp-httplib-dev libssl-dev libboost-dev python3-yaml libgtest-dev libgmock-dev libbenchmark-dev"
 missing=""
 for p in $PKGS; do
   if ! dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed'; then

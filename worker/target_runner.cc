@@ -33,7 +33,15 @@ absl::Status TargetRunnerOptions::Validate() const {
 }
 
 TargetRunner::TargetRunner(LlamaModel* model, PagedKvCache* cache, TargetRunnerOptions options)
-    : model_(model), cache_(cache), options_(options) {}
+    : model_(model),
+      cache_(cache),
+      options_(options),
+      local_ops_(std::make_unique<LocalTargetOps>(model, cache)),
+      ops_(local_ops_.get()) {}
+
+TargetRunner::TargetRunner(LlamaModel* model, PagedKvCache* cache, TargetRunnerOptions options,
+                           TargetOps* ops)
+    : model_(model), cache_(cache), options_(options), ops_(ops) {}
 
 bool TargetRunner::HasSequence(uint64_t id) const {
   absl::MutexLock lock(&mu_);
@@ -94,13 +102,13 @@ std::vector<OpenOutcome> TargetRunner::Open(const std::vector<OpenSpec>& specs) 
     }
     if (!out[i].status.ok()) continue;
     Seq seq;
-    seq.kv = cache_->CreateSequence();
+    seq.kv = ops_->CreateSequence();
     seq.sampling = spec.sampling;
     seq.seed = spec.seed;
     seq.max_total = spec.max_total_tokens > 0 ? spec.max_total_tokens : options_.max_context;
-    absl::Status reserve = cache_->Reserve(seq.kv, seq.max_total + options_.max_tree_nodes);
+    absl::Status reserve = ops_->Reserve(seq.kv, seq.max_total + options_.max_tree_nodes);
     if (!reserve.ok()) {
-      cache_->Release(seq.kv);
+      ops_->Release(seq.kv);
       out[i].status = reserve;
       continue;
     }
@@ -110,13 +118,13 @@ std::vector<OpenOutcome> TargetRunner::Open(const std::vector<OpenSpec>& specs) 
   }
   if (batch.empty()) return out;
   ForwardOutput fo;
-  absl::Status st = model_->Forward(batch, cache_, &fo);
+  absl::Status st = ops_->Forward(batch, &fo);
   for (size_t b = 0; b < batch.size(); ++b) {
     OpenOutcome& o = out[batch_index[b]];
     Seq& seq = seqs_[o.id];
-    if (st.ok()) st = cache_->Commit(seq.kv, static_cast<int64_t>(batch[b].tokens.size()));
+    if (st.ok()) st = ops_->Commit(seq.kv, static_cast<int64_t>(batch[b].tokens.size()));
     if (!st.ok()) {
-      cache_->Release(seq.kv);
+      ops_->Release(seq.kv);
       seqs_.erase(o.id);
       o.status = st;
       continue;
@@ -189,7 +197,7 @@ std::vector<StepOutcome> TargetRunner::Verify(const std::vector<StepSpec>& steps
   }
   const int64_t t0 = NowNs();
   ForwardOutput fo;
-  absl::Status st = batch.empty() ? absl::OkStatus() : model_->Forward(batch, cache_, &fo);
+  absl::Status st = batch.empty() ? absl::OkStatus() : ops_->Forward(batch, &fo);
   const int64_t t1 = NowNs();
   const int64_t V = model_->config().vocab_size;
   for (size_t b = 0; b < batch.size(); ++b) {
@@ -204,7 +212,7 @@ std::vector<StepOutcome> TargetRunner::Verify(const std::vector<StepSpec>& steps
                                       seq.sampling,
                                       RngKey{seq.seed, RngStream::kVerify,
                                              static_cast<uint32_t>(s.step), 0});
-    o.status = cache_->CommitPath(seq.kv, r.path);
+    o.status = ops_->CommitPath(seq.kv, r.path);
     if (!o.status.ok()) continue;
     o.tokens = r.NewTokens();
     o.num_accepted = r.num_accepted();
@@ -226,7 +234,7 @@ int TargetRunner::Release(const std::vector<uint64_t>& ids) {
   for (uint64_t id : ids) {
     auto it = seqs_.find(id);
     if (it == seqs_.end()) continue;
-    cache_->Release(it->second.kv);
+    ops_->Release(it->second.kv);
     seqs_.erase(it);
     ++n;
   }

@@ -12,6 +12,10 @@
 // (max_total_tokens plus the largest tree) is reserved at Open, so a live
 // sequence can never run out of KV blocks later.
 //
+// Every change to the model's state (KV cache operations, forward passes) goes
+// through a TargetOps, so that rank 0 of a tensor-parallel group can mirror it
+// to the other ranks (worker/rank_loop.h); verification runs here only.
+//
 // Thread-safe: calls are serialised by an internal mutex.
 #pragma once
 
@@ -30,6 +34,7 @@
 #include "core/spec/sampling.h"
 #include "core/spec/token_tree.h"
 #include "core/spec/verify.h"
+#include "worker/target_ops.h"
 
 namespace treespec {
 
@@ -89,6 +94,10 @@ class TargetRunner {
  public:
   // `model` and `cache` must outlive the runner.
   TargetRunner(LlamaModel* model, PagedKvCache* cache, TargetRunnerOptions options);
+  // The same, with every state change made through `ops` (not owned; it
+  // must act on `model` and `cache`), e.g. a tensor-parallel GroupLeader.
+  TargetRunner(LlamaModel* model, PagedKvCache* cache, TargetRunnerOptions options,
+               TargetOps* ops);
 
   std::vector<OpenOutcome> Open(const std::vector<OpenSpec>& specs);
   std::vector<StepOutcome> Verify(const std::vector<StepSpec>& steps, StepTimings* timings);
@@ -118,6 +127,8 @@ class TargetRunner {
   LlamaModel* const model_;
   PagedKvCache* const cache_;
   const TargetRunnerOptions options_;
+  std::unique_ptr<TargetOps> local_ops_;  // when no ops were given
+  TargetOps* const ops_;
   mutable absl::Mutex mu_;
   std::map<uint64_t, Seq> seqs_ ABSL_GUARDED_BY(mu_);
 };

@@ -1,18 +1,31 @@
-// treespec-worker: serves the target model (one worker group, rank 0 when
-// tensor-parallel) over gRPC.
+// treespec-worker: serves the target model over gRPC. With --tp-size N > 1
+// the model is sharded over N processes (worker/group_setup.h): rank 0 serves
+// gRPC and leads, ranks > 0 follow it (worker/rank_loop.h) and serve nothing.
+#include <signal.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <iostream>
+#include <atomic>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "core/util/cli_args.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "core/model/config.h"
 #include "core/model/llama.h"
 #include "core/tensor/backend.h"
+#include "core/util/cli_args.h"
+#include "rpc/observability.h"
 #include "rpc/server.h"
 #include "rpc/signals.h"
+#include "worker/group_service.h"
+#include "worker/group_setup.h"
+#include "worker/rank_loop.h"
 #include "worker/target_runner.h"
 #include "worker/worker_service.h"
 
@@ -29,13 +42,228 @@ ABSL_FLAG(int32_t, shutdown_grace_s, 30, "Seconds in-flight calls may take after
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate (enables TLS)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key");
 ABSL_FLAG(std::string, tls_ca, "", "PEM CA bundle for client certificates");
+ABSL_FLAG(int32_t, tp_size, 1, "Tensor-parallel group size (processes sharing the model)");
+ABSL_FLAG(int32_t, tp_rank, 0,
+          "This process's rank in the group; rank 0 serves gRPC. -1: the number after the last "
+          "'-' of the hostname (a Kubernetes StatefulSet pod's ordinal)");
+ABSL_FLAG(std::string, rendezvous, "",
+          "HOST:PORT of rank 0's rendezvous store (rank 0 listens on PORT; 0: any free port, "
+          "printed as 'rendezvous on HOST:PORT')");
+ABSL_FLAG(std::string, tp_host, "",
+          "Address the other ranks reach this rank on (default: the local address of the "
+          "connection to the rendezvous)");
+ABSL_FLAG(double, rendezvous_timeout_s, 300,
+          "How long to retry reaching the rendezvous and to wait for every rank to join and load");
+ABSL_FLAG(double, collective_timeout_s, 30,
+          "Bound on one collective; a rank silent this long is considered gone");
 
 namespace treespec {
 namespace {
 
+using std::chrono::milliseconds;
+
 int Fail(const absl::Status& st) {
   std::cerr << "treespec-worker: " << st << std::endl;
   return 1;
+}
+
+milliseconds Ms(double seconds) { return milliseconds(static_cast<int64_t>(seconds * 1000)); }
+
+// --tp-rank, or with -1 the StatefulSet ordinal at the end of the hostname.
+absl::StatusOr<int> TpRank() {
+  const int flag = absl::GetFlag(FLAGS_tp_rank);
+  if (flag >= 0) return flag;
+  char name[256] = {0};
+  gethostname(name, sizeof(name) - 1);
+  const std::string host = name;
+  int ordinal = -1;
+  const size_t dash = host.rfind('-');
+  if (dash == std::string::npos || !absl::SimpleAtoi(host.substr(dash + 1), &ordinal)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tp-rank -1: hostname '", host, "' does not end in -ORDINAL (not a StatefulSet pod?)"));
+  }
+  return ordinal;
+}
+
+// "cuda:N[:dtype]" -> N; anything else -> 0.
+int CudaDeviceIndex(const std::string& spec) {
+  std::vector<std::string> parts = absl::StrSplit(spec, ':');
+  int index = 0;
+  if (parts.size() > 1 && parts[0] == "cuda" && !absl::SimpleAtoi(parts[1], &index)) index = 0;
+  return index;
+}
+
+TargetRunnerOptions RunnerOptions() {
+  TargetRunnerOptions options;
+  options.max_context = absl::GetFlag(FLAGS_max_context);
+  options.max_tree_nodes = absl::GetFlag(FLAGS_max_tree_nodes);
+  options.max_sequences = absl::GetFlag(FLAGS_max_sequences);
+  return options;
+}
+
+absl::StatusOr<std::unique_ptr<PagedKvCache>> MakeCache(const LlamaModel& model, Backend* backend,
+                                                        int64_t* blocks_out) {
+  const int64_t block = absl::GetFlag(FLAGS_kv_block_size);
+  int64_t blocks = absl::GetFlag(FLAGS_kv_blocks);
+  if (blocks <= 0) blocks = (absl::GetFlag(FLAGS_kv_tokens) + block - 1) / std::max<int64_t>(block, 1);
+  *blocks_out = blocks;
+  return PagedKvCache::Create(model.KvOptions(blocks, block), backend);
+}
+
+WorkerIdentity Identity(const std::string& model_dir, const ModelConfig& mc, Backend* backend,
+                        int tp_size) {
+  WorkerIdentity id;
+  id.model = model_dir.substr(model_dir.find_last_of('/') + 1);
+  id.device = backend->name();
+  id.tp_size = tp_size;
+  for (int64_t e : mc.eos_token_ids) id.eos_token_ids.push_back(static_cast<int32_t>(e));
+  return id;
+}
+
+// Serves `service` until SIGTERM/SIGINT. `on_started` runs once the server
+// is up, `after_drain` once in-flight calls have finished (server still alive).
+int Serve(grpc::Service* service, const std::function<void(grpc::Server*)>& on_started,
+          const std::function<void()>& after_drain) {
+  TlsFiles tls{absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+               absl::GetFlag(FLAGS_tls_ca)};
+  auto obs = ServiceObservability::Start(ObservabilityOptions::FromFlags(
+      "treespec-worker", absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_tp_rank)));
+  if (!obs.ok()) return Fail(obs.status());
+  (*obs)->RegisterService(service);
+  auto server = StartServer(absl::GetFlag(FLAGS_listen), {service}, tls, (*obs)->Interceptors());
+  if (!server.ok()) return Fail(server.status());
+  if (on_started) on_started(server->server.get());
+  (*obs)->SetServing(true);
+  std::printf("listening on %s\n", server->address.c_str());
+  std::fflush(stdout);
+  WaitForTerminationSignal();
+  (*obs)->SetServing(false);
+  server->server->GetHealthCheckService()->SetServingStatus(false);
+  server->server->Shutdown(std::chrono::system_clock::now() +
+                           std::chrono::seconds(absl::GetFlag(FLAGS_shutdown_grace_s)));
+  if (after_drain) after_drain();
+  (*obs)->Shutdown();
+  return 0;
+}
+
+int SingleRank(const std::string& model_dir, Backend* backend, const ModelConfig& mc) {
+  auto model = LlamaModel::Load(model_dir, backend);
+  if (!model.ok()) return Fail(model.status());
+  int64_t blocks = 0;
+  auto cache = MakeCache(**model, backend, &blocks);
+  if (!cache.ok()) return Fail(cache.status());
+  TargetRunnerOptions options = RunnerOptions();
+  if (absl::Status st = options.Validate(); !st.ok()) return Fail(st);
+  TargetRunner runner(model->get(), cache->get(), options);
+  WorkerService service(&runner, Identity(model_dir, mc, backend, 1));
+  return Serve(&service, nullptr, nullptr);
+}
+
+int TensorParallel(const std::string& model_dir, Backend* backend, const ModelConfig& mc) {
+  absl::StatusOr<int> tp_rank = TpRank();
+  if (!tp_rank.ok()) return Fail(tp_rank.status());
+  GroupOptions g;
+  g.rank = *tp_rank;
+  g.size = absl::GetFlag(FLAGS_tp_size);
+  g.rendezvous = absl::GetFlag(FLAGS_rendezvous);
+  g.host = absl::GetFlag(FLAGS_tp_host);
+  g.rendezvous_timeout = Ms(absl::GetFlag(FLAGS_rendezvous_timeout_s));
+  g.collective_timeout = Ms(absl::GetFlag(FLAGS_collective_timeout_s));
+  g.cuda_device = CudaDeviceIndex(absl::GetFlag(FLAGS_device));
+  if (absl::Status st = g.Validate(); !st.ok()) return Fail(st);
+  TargetRunnerOptions options = RunnerOptions();
+  if (absl::Status st = options.Validate(); !st.ok()) return Fail(st);
+
+  // Every rank refuses a model that does not split, before joining anyone.
+  if (mc.arch == Architecture::kLlama) {
+    if (absl::Status st = LlamaModel::CheckShardable(mc.llama, g.size); !st.ok()) return Fail(st);
+  }
+  const int rank = g.rank;
+  GroupHealth health(g.size);
+  auto announce = [](const std::string& address) {
+    std::printf("rendezvous on %s\n", address.c_str());
+    std::fflush(stdout);
+  };
+  // A follower whose leader is gone has nothing left to do. Its Gloo wait
+  // fails too, but this is faster; the pause lets a clean shutdown (rank 0's
+  // last frame, then its exit) finish first.
+  static std::atomic<bool> follower_done{false};
+  auto leader_lost = [rank](const std::string& reason) {
+    std::this_thread::sleep_for(milliseconds(500));
+    if (follower_done.load()) return;
+    std::cerr << "treespec-worker rank " << rank << ": " << reason << "; exiting" << std::endl;
+    std::_Exit(3);
+  };
+  auto group = JoinWorkerGroup(g, backend, rank == 0 ? &health : nullptr, announce, leader_lost);
+  if (!group.ok()) return Fail(group.status());
+  auto model = LlamaModel::Load(model_dir, backend, (*group)->data());
+  if (!model.ok()) return Fail(model.status());
+  int64_t blocks = 0;
+  auto cache = MakeCache(**model, backend, &blocks);
+  if (!cache.ok()) return Fail(cache.status());
+  const std::string fingerprint =
+      absl::StrCat(Identity(model_dir, mc, backend, g.size).model, " vocab ",
+                   (*model)->config().vocab_size, " layers ", (*model)->config().num_layers,
+                   " kv ", blocks, "x", absl::GetFlag(FLAGS_kv_block_size));
+  if (absl::Status st = AwaitGroupReady(group->get(), g, fingerprint, rank == 0 ? &health : nullptr);
+      !st.ok()) {
+    return Fail(st);
+  }
+
+  if (rank > 0) {
+    // SIGTERM: keep following until rank 0 says stop, for at most the grace.
+    std::thread([] {
+      WaitForTerminationSignal();
+      std::this_thread::sleep_for(std::chrono::seconds(absl::GetFlag(FLAGS_shutdown_grace_s)));
+      std::_Exit(0);
+    }).detach();
+    std::fprintf(stderr, "treespec-worker rank %d of %d: following rank 0\n", rank, g.size);
+    // A follower serves no gRPC; its health port and metrics say it is alive.
+    auto follower_obs = ServiceObservability::Start(
+        ObservabilityOptions::FromFlags("treespec-worker", absl::GetFlag(FLAGS_listen), rank));
+    if (!follower_obs.ok()) return Fail(follower_obs.status());
+    (*follower_obs)->SetServing(true);
+    absl::Status st = RunFollower((*group)->control.get(), model->get(), cache->get());
+    follower_done.store(true);
+    if (!st.ok()) {
+      return Fail(absl::Status(st.code(), absl::StrCat("rank ", rank, ": ", st.message())));
+    }
+    return 0;
+  }
+
+  GroupLeaderOptions lo;
+  lo.heartbeat_interval = g.HeartbeatInterval();
+  lo.name_grace = g.collective_timeout;
+  GroupLeader leader((*group)->control.get(), (*group)->data(), model->get(), cache->get(), &health,
+                     lo);
+  TargetRunner runner(model->get(), cache->get(), options, &leader);
+  WorkerService inner(&runner, Identity(model_dir, mc, backend, g.size));
+  GroupGatedWorkerService service(&inner, &health);
+  RendezvousServer* store_server = (*group)->server.get();
+  // The failure callback may run on any thread, also while the server stops.
+  absl::Mutex serving_mu;
+  grpc::Server* serving = nullptr;
+  auto on_started = [&](grpc::Server* server) {
+    {
+      absl::MutexLock lock(&serving_mu);
+      serving = server;
+    }
+    health.OnFailure([&, store_server](const absl::Status& st) {
+      std::cerr << "treespec-worker rank 0: " << st.message() << "; reporting NOT_SERVING"
+                << std::endl;
+      store_server->CloseSessions();
+      absl::MutexLock lock(&serving_mu);
+      if (serving != nullptr) serving->GetHealthCheckService()->SetServingStatus(false);
+    });
+  };
+  auto after_drain = [&] {
+    {
+      absl::MutexLock lock(&serving_mu);
+      serving = nullptr;
+    }
+    leader.Shutdown();
+  };
+  return Serve(&service, on_started, after_drain);
 }
 
 int Main() {
@@ -45,35 +273,10 @@ int Main() {
   if (!backend.ok()) return Fail(backend.status());
   auto mc = LoadModelConfig(model_dir);
   if (!mc.ok()) return Fail(mc.status());
-  auto model = LlamaModel::Load(model_dir, backend->get());
-  if (!model.ok()) return Fail(model.status());
-  const int64_t block = absl::GetFlag(FLAGS_kv_block_size);
-  int64_t blocks = absl::GetFlag(FLAGS_kv_blocks);
-  if (blocks <= 0) blocks = (absl::GetFlag(FLAGS_kv_tokens) + block - 1) / std::max<int64_t>(block, 1);
-  auto cache = PagedKvCache::Create((*model)->KvOptions(blocks, block), backend->get());
-  if (!cache.ok()) return Fail(cache.status());
-  TargetRunnerOptions options;
-  options.max_context = absl::GetFlag(FLAGS_max_context);
-  options.max_tree_nodes = absl::GetFlag(FLAGS_max_tree_nodes);
-  options.max_sequences = absl::GetFlag(FLAGS_max_sequences);
-  if (absl::Status st = options.Validate(); !st.ok()) return Fail(st);
-  TargetRunner runner(model->get(), cache->get(), options);
-  WorkerIdentity id;
-  id.model = model_dir.substr(model_dir.find_last_of('/') + 1);
-  id.device = (*backend)->name();
-  for (int64_t e : mc->eos_token_ids) id.eos_token_ids.push_back(static_cast<int32_t>(e));
-  WorkerService service(&runner, id);
-  TlsFiles tls{absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
-               absl::GetFlag(FLAGS_tls_ca)};
-  auto server = StartServer(absl::GetFlag(FLAGS_listen), {&service}, tls);
-  if (!server.ok()) return Fail(server.status());
-  std::printf("listening on %s\n", server->address.c_str());
-  std::fflush(stdout);
-  WaitForTerminationSignal();
-  server->server->GetHealthCheckService()->SetServingStatus(false);
-  server->server->Shutdown(std::chrono::system_clock::now() +
-                           std::chrono::seconds(absl::GetFlag(FLAGS_shutdown_grace_s)));
-  return 0;
+  if (absl::GetFlag(FLAGS_tp_size) == 1 && absl::GetFlag(FLAGS_tp_rank) <= 0) {
+    return SingleRank(model_dir, backend->get(), *mc);
+  }
+  return TensorParallel(model_dir, backend->get(), *mc);
 }
 
 }  // namespace
@@ -81,9 +284,11 @@ int Main() {
 
 int main(int argc, char** argv) {
   treespec::BlockTerminationSignals();
+  treespec::ConfigureFlagHelp();
   absl::SetProgramUsageMessage(
       "Serves a target model for speculative verification.\n"
-      "Usage: treespec-worker --model DIR --listen HOST:PORT [--device cpu|cuda]");
+      "Usage: treespec-worker --model DIR --listen HOST:PORT [--device cpu|cuda]\n"
+      "       [--tp-size N --tp-rank R --rendezvous HOST:PORT]");
   std::vector<std::string> storage;
   std::vector<char*> args = treespec::NormalizeFlagNames(argc, argv, &storage);
   absl::ParseCommandLine(argc, args.data());

@@ -1,8 +1,18 @@
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "core/comm/communicator.h"
 
 namespace treespec {
+
+absl::Status CommOptions::Validate() const {
+  if (timeout.count() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("collective timeout ", timeout.count(), " ms must be > 0"));
+  }
+  return absl::OkStatus();
+}
+
 namespace {
 
 class SingleRankCommunicator final : public Communicator {

@@ -238,18 +238,19 @@ TEST_P(DrafterTest, SampledTreesCarryQAtEveryExpandedNode) {
   EXPECT_NE(t3.tokens, t.tokens);
 }
 
-// top_k 0 asks for the drafter's default support (DrafterOptions::default_top_k,
-// 8), not for q = the children alone.
+// top_k 0 asks for the drafter's default support (DrafterOptions::default_top_k),
+// not for q = the children alone.
 TEST_P(DrafterTest, SampledTreeWithoutTopKUsesTheDefaultSupport) {
   std::unique_ptr<Drafter> d = Make();
   Open(d.get(), 1, Prompt(5));
   TokenTree t = DraftOne(d.get(), Spec(1, 1, {23}, "3,2", 1.0f, 0, 7));
   ASSERT_EQ(t.draft.size(), static_cast<size_t>(t.num_nodes()));
-  EXPECT_EQ(t.draft[0].tokens.size(), 8u);
+  const size_t support = static_cast<size_t>(DrafterOptions().default_top_k);
+  EXPECT_EQ(t.draft[0].tokens.size(), support);
   // A level wider than the default keeps all its children inside q.
   Open(d.get(), 2, Prompt(5));
-  TokenTree wide = DraftOne(d.get(), Spec(2, 1, {23}, "12", 1.0f, 0, 7));
-  EXPECT_EQ(wide.draft[0].tokens.size(), 12u);
+  TokenTree wide = DraftOne(d.get(), Spec(2, 1, {23}, "40", 1.0f, 0, 7));
+  EXPECT_EQ(wide.draft[0].tokens.size(), 40u);
   EXPECT_TRUE(wide.Validate(kV).ok()) << wide.Validate(kV);
 }
 

@@ -29,7 +29,7 @@ ABSL_FLAG(int32_t, max_tokens, 128, "New tokens per prompt");
 ABSL_FLAG(std::string, temperatures, "0,1", "Temperatures (0 greedy; > 0 multi-round verification)");
 ABSL_FLAG(std::string, device, "cpu", "Backend");
 ABSL_FLAG(bool, markdown, false, "Print a Markdown table");
-ABSL_FLAG(int32_t, top_k, 8, "Support of the draft distribution q when sampling (drafter --top_k)");
+ABSL_FLAG(int32_t, top_k, 32, "Support of the draft distribution q when sampling (drafter --top_k)");
 
 namespace treespec {
 namespace {

@@ -1,0 +1,108 @@
+#include "coordinator/telemetry.h"
+
+#include "coordinator/coordinator.h"
+
+namespace treespec {
+namespace {
+
+std::vector<double> TokenCountBuckets() { return {1, 2, 4, 8, 16, 32, 64, 128, 256}; }
+
+}  // namespace
+
+bool ParseStepTracing(const std::string& s, StepTracing* out) {
+  if (s == "spans") {
+    *out = StepTracing::kSpans;
+  } else if (s == "events") {
+    *out = StepTracing::kEvents;
+  } else if (s == "off") {
+    *out = StepTracing::kOff;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+CoordinatorTelemetry::CoordinatorTelemetry(MetricsRegistry* r, Tracer* tracer, StepTracing steps)
+    : ttft(r->AddHistogram("treespec_request_ttft_seconds",
+                           "Time to first token: request received to first token sent",
+                           LatencyBuckets(), {"drafter"})),
+      tpot(r->AddHistogram("treespec_request_tpot_seconds",
+                           "Time per output token after the first, per request", StepBuckets(),
+                           {"drafter"})),
+      itl(r->AddHistogram("treespec_request_itl_seconds",
+                          "Inter-token latency per token (a chunk of k tokens: one gap, k-1 zeros)",
+                          StepBuckets(), {"drafter"})),
+      e2e(r->AddHistogram("treespec_request_e2e_seconds",
+                          "End-to-end latency: request received to stream end", LatencyBuckets(),
+                          {"drafter"})),
+      queue(r->AddHistogram("treespec_request_queue_seconds",
+                            "Time from request received to admission into a lane",
+                            LatencyBuckets(), {"drafter"})),
+      requests(r->AddCounter("treespec_requests_total",
+                             "Generate requests by final gRPC status code", {"code"})),
+      finished(r->AddCounter("treespec_requests_finished_total",
+                             "Successful Generate requests by finish reason", {"reason"})),
+      prompt_tokens(r->AddCounter("treespec_prompt_tokens_total", "Prompt tokens of admitted requests",
+                                  {"drafter"})),
+      completion_tokens(r->AddCounter("treespec_completion_tokens_total",
+                                      "Completion tokens sent", {"drafter"})),
+      drafts(r->AddCounter("treespec_spec_drafts_total",
+                           "Sequence-steps verified with a drafted tree", {"drafter", "tree"})),
+      draft_tokens(r->AddCounter("treespec_spec_draft_tokens_total",
+                                 "Drafted tokens sent to verification (tree nodes minus the root)",
+                                 {"drafter", "tree"})),
+      accepted_tokens(r->AddCounter("treespec_spec_accepted_tokens_total",
+                                    "Drafted tokens the target accepted", {"drafter", "tree"})),
+      accepted_by_depth(r->AddCounter(
+          "treespec_spec_accepted_by_depth_total",
+          "Sequence-steps whose accepted path reached depth d (divide by drafts for the "
+          "acceptance rate at position d)",
+          {"drafter", "tree", "depth"}, 1024)),
+      fallback_steps(r->AddCounter("treespec_spec_fallback_steps_total",
+                                   "Steps verified without a tree although a drafter was asked for",
+                                   {"drafter", "reason"})),
+      lane_rpc_seconds(r->AddHistogram("treespec_lane_rpc_seconds",
+                                       "Batched RPC time seen by a lane (prefill, drafter_open, "
+                                       "draft, verify)",
+                                       StepBuckets(), {"rpc"})),
+      lane_batch_size(r->AddHistogram("treespec_lane_batch_size",
+                                      "Sequences per batched RPC of a lane", TokenCountBuckets(),
+                                      {"rpc"})),
+      registry_(r),
+      tracer_(tracer),
+      steps_(steps) {
+  for (const char* rpc : {"prefill", "drafter_open", "draft", "verify"}) {
+    rpc_metrics_[rpc] = {lane_rpc_seconds->WithLabels({rpc}), lane_batch_size->WithLabels({rpc})};
+  }
+}
+
+const CoordinatorTelemetry::RpcMetrics& CoordinatorTelemetry::ForRpc(const std::string& rpc) const {
+  static const RpcMetrics kNone;
+  auto it = rpc_metrics_.find(rpc);
+  return it == rpc_metrics_.end() ? kNone : it->second;
+}
+
+void CoordinatorTelemetry::RegisterGauges(const Coordinator* c) {
+  registry_->AddGaugeCallback("treespec_queue_depth",
+                              "Requests waiting for admission into a lane",
+                              [c] { return static_cast<double>(c->NumWaiting()); });
+  registry_->AddGaugeCallback("treespec_live_sequences", "Sequences being decoded",
+                              [c] { return static_cast<double>(c->NumLive()); });
+  registry_->AddGaugeCallback(
+      "treespec_worker_up", "Whether the coordinator considers a worker group healthy (1) or not",
+      {"worker"}, [c] {
+        std::vector<GaugeSample> out;
+        for (const auto& w : c->workers()) out.push_back({{w->name}, w->health.healthy() ? 1.0 : 0.0});
+        return out;
+      });
+  registry_->AddGaugeCallback(
+      "treespec_drafter_up", "Whether a drafter name has a healthy replica (1) or not", {"drafter"},
+      [c] {
+        std::vector<GaugeSample> out;
+        const v1::ModelInfo info = c->ModelInfo();
+        for (const auto& d : info.drafters()) out.push_back({{d.name()}, d.healthy() ? 1.0 : 0.0});
+        return out;
+      });
+}
+
+}  // namespace treespec

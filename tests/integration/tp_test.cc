@@ -1,0 +1,535 @@
+// Tensor-parallel worker groups as real processes (build/bin/treespec-worker
+// --tp-size 2 --tp-rank R --rendezvous HOST:PORT) on loopback:
+//  - a TP = 2 group answers Open and Verify exactly like a TP = 1 worker,
+//    greedy and seeded sampling (so its logits agree to far below a sampling
+//    step; tests/unit/llama_tp_test.cc compares the logits themselves);
+//  - greedy speculative decoding through a TP = 2 group (coordinator +
+//    mamba drafter, and the target as its own drafter, which accepts long
+//    paths and so exercises KV compaction on every rank) equals plain greedy;
+//  - killing a rank: the group reports NOT_SERVING within a bounded time, its
+//    in-flight request ends with UNAVAILABLE naming the rank, its RPCs fail
+//    fast, and the coordinator sends new requests to a second healthy group;
+//  - a hung rank (SIGSTOP) fails the group after the collective timeout;
+//  - followers exit non-zero when rank 0 dies; a rank with no rendezvous to
+//    reach, and a model that does not split, fail at start-up with clear
+//    messages.
+// Every child process is SIGKILLed and reaped by its owner's destructor and
+// dies with the test (PR_SET_PDEATHSIG).
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <fstream>
+#include <future>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "tests/integration/cluster.h"
+#include "treespec/v1/worker.grpc.pb.h"
+
+namespace treespec::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+// ---------------------------------------------------------------- processes
+
+// A child process with stdout on a pipe and stderr in a file.
+class Proc {
+ public:
+  static std::unique_ptr<Proc> Spawn(const std::vector<std::string>& argv) {
+    auto p = std::unique_ptr<Proc>(new Proc());
+    p->stderr_path_ = absl::StrCat(::testing::TempDir(), "tp_test_", getpid(), "_", counter_++,
+                                   ".stderr");
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    // One OpenMP thread per rank: the machine may have two cores for four ranks.
+    std::vector<std::string> env_storage;
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (!absl::StartsWith(*e, "OMP_NUM_THREADS=")) env_storage.push_back(*e);
+    }
+    env_storage.push_back("OMP_NUM_THREADS=1");
+    std::vector<char*> env;
+    for (std::string& e : env_storage) env.push_back(e.data());
+    env.push_back(nullptr);
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) return nullptr;
+    const int err = open(p->stderr_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    const pid_t parent = getpid();
+    const pid_t pid = fork();
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);
+      dup2(fds[1], STDOUT_FILENO);
+      if (err >= 0) dup2(err, STDERR_FILENO);
+      syscall(SYS_close_range, 3U, ~0U, 0U);
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
+      execve(args[0], args.data(), env.data());
+      _exit(127);
+    }
+    close(fds[1]);
+    if (err >= 0) close(err);
+    p->pid_ = pid;
+    p->stdout_fd_ = fds[0];
+    return p;
+  }
+
+  ~Proc() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (stdout_fd_ >= 0) close(stdout_fd_);
+    unlink(stderr_path_.c_str());
+  }
+
+  // The rest of the first stdout line starting with `prefix`.
+  absl::StatusOr<std::string> WaitLine(const std::string& prefix, milliseconds timeout) {
+    const Clock::time_point until = Clock::now() + timeout;
+    while (true) {
+      size_t nl;
+      while ((nl = buffer_.find('\n')) != std::string::npos) {
+        std::string line = buffer_.substr(0, nl);
+        buffer_.erase(0, nl + 1);
+        if (absl::StartsWith(line, prefix)) return line.substr(prefix.size());
+      }
+      const auto left = std::chrono::duration_cast<milliseconds>(until - Clock::now());
+      if (left.count() <= 0) {
+        return absl::DeadlineExceededError(absl::StrCat("no '", prefix, "' line; stderr: ", Stderr()));
+      }
+      pollfd pfd{stdout_fd_, POLLIN, 0};
+      if (poll(&pfd, 1, static_cast<int>(left.count())) <= 0) continue;
+      char chunk[1024];
+      const ssize_t n = read(stdout_fd_, chunk, sizeof(chunk));
+      if (n <= 0) {
+        return absl::UnavailableError(absl::StrCat("exited before '", prefix, "'; stderr: ", Stderr()));
+      }
+      buffer_.append(chunk, static_cast<size_t>(n));
+    }
+  }
+
+  // Waits for the exit; returns the wait status, or -1 if still running.
+  int WaitExit(milliseconds timeout) {
+    const Clock::time_point until = Clock::now() + timeout;
+    while (pid_ > 0) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        exit_status_ = status;
+        break;
+      }
+      if (Clock::now() >= until) return -1;
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    return exit_status_;
+  }
+
+  void Signal(int sig) {
+    if (pid_ > 0) kill(pid_, sig);
+  }
+  bool running() { return WaitExit(milliseconds(0)) == -1; }
+  std::string Stderr() const {
+    std::ifstream in(stderr_path_);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+ private:
+  Proc() = default;
+  static inline std::atomic<int> counter_{0};
+  pid_t pid_ = -1;
+  int stdout_fd_ = -1;
+  int exit_status_ = -1;
+  std::string buffer_;
+  std::string stderr_path_;
+};
+
+std::vector<std::string> WorkerArgs(int size, int rank, const std::string& rendezvous,
+                                    double collective_timeout_s, const std::string& model) {
+  return {BinaryPath("treespec-worker"),
+          "--model", FixtureModel(model),
+          "--listen", "127.0.0.1:0",
+          "--kv-blocks", "1024",
+          "--kv-block-size", "16",
+          "--max-context", "256",
+          "--tp-size", std::to_string(size),
+          "--tp-rank", std::to_string(rank),
+          "--rendezvous", rendezvous,
+          "--rendezvous-timeout-s", "30",
+          "--collective-timeout-s", absl::StrCat(collective_timeout_s)};
+}
+
+// A worker group of `size` processes; rank 0 is ranks[0].
+struct Group {
+  std::vector<std::unique_ptr<Proc>> ranks;
+  std::string address;  // rank 0's gRPC endpoint
+
+  static absl::StatusOr<std::unique_ptr<Group>> Start(int size, double collective_timeout_s = 3,
+                                                      const std::string& model = kTargetModel) {
+    auto g = std::make_unique<Group>();
+    g->ranks.push_back(
+        Proc::Spawn(WorkerArgs(size, 0, "127.0.0.1:0", collective_timeout_s, model)));
+    if (g->ranks[0] == nullptr) return absl::InternalError("spawn failed");
+    auto rendezvous = g->ranks[0]->WaitLine("rendezvous on ", milliseconds(30000));
+    if (!rendezvous.ok()) return rendezvous.status();
+    for (int r = 1; r < size; ++r) {
+      g->ranks.push_back(Proc::Spawn(WorkerArgs(size, r, *rendezvous, collective_timeout_s, model)));
+    }
+    auto listening = g->ranks[0]->WaitLine("listening on ", milliseconds(60000));
+    if (!listening.ok()) return listening.status();
+    g->address = *listening;
+    return g;
+  }
+};
+
+// A TP = 1 worker process (no rendezvous).
+absl::StatusOr<std::unique_ptr<Proc>> StartSingle(std::string* address) {
+  std::vector<std::string> args = WorkerArgs(2, 0, "x:1", 3, kTargetModel);
+  args.resize(args.size() - 10);  // drop the --tp-* / --rendezvous* / --collective* flags
+  auto p = Proc::Spawn(args);
+  auto listening = p->WaitLine("listening on ", milliseconds(30000));
+  if (!listening.ok()) return listening.status();
+  *address = *listening;
+  return p;
+}
+
+// ---------------------------------------------------------------- RPC helpers
+
+std::unique_ptr<v1::Worker::Stub> WorkerStub(const std::string& address) {
+  return v1::Worker::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+}
+
+// grpc.health.v1.Health/Check for service "": 1 SERVING, 2 NOT_SERVING, -1 on
+// an RPC error.
+int HealthStatus(const std::string& address) {
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + milliseconds(2000));
+  grpc::ByteBuffer request, response;  // HealthCheckRequest{} encodes to no bytes
+  grpc::Slice empty;
+  request = grpc::ByteBuffer(&empty, 1);
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) { done.set_value(s); });
+  grpc::Status st = done.get_future().get();
+  if (!st.ok()) return -1;
+  std::vector<grpc::Slice> slices;
+  if (!response.Dump(&slices).ok()) return -1;
+  std::string bytes;
+  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  // HealthCheckResponse{status = 1 (varint)}: 0x08 <status>.
+  if (bytes.size() == 2 && bytes[0] == 0x08) return bytes[1];
+  return bytes.empty() ? 0 : -1;
+}
+
+struct SeqSpec {
+  uint64_t id;
+  std::vector<int32_t> prompt;
+  float temperature;
+  uint64_t seed;
+};
+
+// Drives one worker endpoint through Open + `steps` Verify steps of the
+// given sequences (trees: the pending token plus a fixed pattern of children
+// that includes `hint` tokens, so some drafts are accepted), and returns a
+// transcript of every result.
+std::string Transcript(const std::string& address, const std::vector<SeqSpec>& seqs, int steps,
+                       const std::vector<std::vector<int32_t>>& hints) {
+  auto stub = WorkerStub(address);
+  std::ostringstream out;
+  v1::WorkerOpenRequest open;
+  for (const SeqSpec& s : seqs) {
+    v1::WorkerOpenSequence* o = open.add_sequences();
+    o->set_sequence_id(s.id);
+    o->mutable_prompt()->Assign(s.prompt.begin(), s.prompt.end());
+    o->mutable_sampling()->set_temperature(s.temperature);
+    o->mutable_sampling()->set_seed(s.seed);
+    o->set_max_total_tokens(200);
+  }
+  v1::WorkerOpenResponse opened;
+  grpc::ClientContext octx;
+  grpc::Status st = stub->Open(&octx, open, &opened);
+  if (!st.ok()) return absl::StrCat("Open failed: ", st.error_message());
+  std::vector<int32_t> pending(seqs.size());
+  std::vector<size_t> produced(seqs.size(), 0);
+  for (int i = 0; i < opened.results_size(); ++i) {
+    out << "open " << opened.results(i).sequence_id() << " code "
+        << opened.results(i).status().code() << " first " << opened.results(i).first_token() << "\n";
+    pending[i] = opened.results(i).first_token();
+    produced[i] = 1;
+  }
+  for (int step = 1; step <= steps; ++step) {
+    v1::VerifyRequest req;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      v1::SequenceStep* s = req.add_steps();
+      s->set_sequence_id(seqs[i].id);
+      s->set_step(step);
+      v1::TokenTree* t = s->mutable_tree();
+      // Root, then a chain of the hinted continuation (3 deep) and two
+      // siblings of its first node.
+      t->add_tokens(pending[i]);
+      t->add_parents(-1);
+      const std::vector<int32_t>& h = hints[i];
+      for (int d = 0; d < 3; ++d) {
+        const size_t at = produced[i] + d;
+        t->add_tokens(at < h.size() ? h[at] : (step * 7 + d) % 128);
+        t->add_parents(d);
+      }
+      t->add_tokens((step * 13 + 5) % 128);
+      t->add_parents(0);
+      t->add_tokens((step * 29 + 11) % 128);
+      t->add_parents(0);
+      if (seqs[i].temperature > 0) s->set_mode(v1::VERIFICATION_MODE_TARGET_SAMPLING);
+    }
+    v1::VerifyResponse resp;
+    grpc::ClientContext vctx;
+    st = stub->Verify(&vctx, req, &resp);
+    if (!st.ok()) return absl::StrCat(out.str(), "Verify failed: ", st.error_message());
+    for (int i = 0; i < resp.results_size(); ++i) {
+      const v1::StepResult& r = resp.results(i);
+      out << "step " << step << " seq " << r.sequence_id() << " code " << r.status().code()
+          << " accepted " << r.num_accepted() << " tokens";
+      for (int32_t tok : r.tokens()) out << " " << tok;
+      out << "\n";
+      if (r.tokens_size() > 0) pending[i] = r.tokens(r.tokens_size() - 1);
+      produced[i] += r.tokens_size();
+    }
+  }
+  return out.str();
+}
+
+// ---------------------------------------------------------------- tests
+
+TEST(TpTest, OpenAndVerifyMatchSingleRank) {
+  std::string single_address;
+  auto single = StartSingle(&single_address);
+  ASSERT_TRUE(single.ok()) << single.status();
+  auto group = Group::Start(2);
+  ASSERT_TRUE(group.ok()) << group.status();
+
+  std::vector<SeqSpec> seqs;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 6; ++i) {
+    // Half greedy, half seeded sampling at temperature 0.9.
+    seqs.push_back({static_cast<uint64_t>(i + 1), TestPrompt(i, 5 + i), i % 2 ? 0.9f : 0.0f,
+                    static_cast<uint64_t>(100 + i)});
+    prompts.push_back(seqs.back().prompt);
+  }
+  // Greedy continuations (the first one is the first token): accepted drafts.
+  std::vector<std::vector<int32_t>> hints = GreedyReference(prompts, 48);
+  const std::string want = Transcript(single_address, seqs, 12, hints);
+  const std::string got = Transcript((*group)->address, seqs, 12, hints);
+  EXPECT_THAT(want, ::testing::Not(HasSubstr("failed")));
+  EXPECT_EQ(got, want);
+  // Drafts were accepted, so KV compaction was replayed on rank 1.
+  EXPECT_THAT(got, HasSubstr("accepted 3"));
+  EXPECT_EQ(HealthStatus((*group)->address), 1);
+}
+
+TEST(TpTest, GreedySpeculativeEqualsPlainGreedy) {
+  auto group = Group::Start(2);
+  ASSERT_TRUE(group.ok()) << group.status();
+  auto mamba = InProcessDrafter::Start(DrafterConfig{});
+  ASSERT_TRUE(mamba.ok()) << mamba.status();
+  DrafterConfig self_config;
+  self_config.kind = "transformer";
+  self_config.model = kTargetModel;
+  auto self = InProcessDrafter::Start(self_config);
+  ASSERT_TRUE(self.ok()) << self.status();
+  CoordinatorConfig cc;
+  cc.workers = {(*group)->address};
+  cc.drafters = {{"mamba", (*mamba)->address()}, {"self", (*self)->address()}};
+  auto coordinator = InProcessCoordinator::Start(std::move(cc));
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  auto stub = (*coordinator)->NewStub();
+
+  constexpr int kTokens = 40;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 4; ++i) prompts.push_back(TestPrompt(i, 4 + i));
+  const std::vector<std::vector<int32_t>> want = GreedyReference(prompts, kTokens);
+  std::vector<v1::GenerateRequest> requests;
+  std::vector<std::string> what;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    requests.push_back(MakeRequest(prompts[i], kTokens, "mamba", "3,2,2,1,1"));
+    what.push_back(absl::StrCat("mamba prompt ", i));
+    requests.push_back(MakeRequest(prompts[i], kTokens, "self", "chain:4"));
+    what.push_back(absl::StrCat("self prompt ", i));
+    requests.push_back(MakeRequest(prompts[i], kTokens, "none"));
+    what.push_back(absl::StrCat("plain prompt ", i));
+  }
+  // Concurrently, so steps batch several sequences on the group.
+  std::vector<GenerateResult> results = RunConcurrently(stub.get(), requests);
+  for (size_t k = 0; k < results.size(); ++k) {
+    ASSERT_TRUE(results[k].status.ok()) << what[k] << ": " << results[k].status.error_message();
+    EXPECT_EQ(results[k].ids, want[k / 3]) << what[k];
+  }
+  // The self-drafter's drafts are the target's own greedy tokens: accepted.
+  GenerateResult self_alone = RunGenerate(stub.get(), MakeRequest(prompts[0], kTokens, "self", "chain:4"));
+  ASSERT_TRUE(self_alone.has_final);
+  EXPECT_GT(self_alone.final_chunk.speculation().accepted_tokens(), kTokens / 2);
+}
+
+TEST(TpTest, KilledRankFailsItsGroupAndTrafficMovesToAHealthyGroup) {
+  auto a = Group::Start(2);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auto b = Group::Start(2);
+  ASSERT_TRUE(b.ok()) << b.status();
+  auto mamba = InProcessDrafter::Start(DrafterConfig{});
+  ASSERT_TRUE(mamba.ok()) << mamba.status();
+  CoordinatorConfig cc;
+  cc.workers = {(*a)->address, (*b)->address};
+  cc.drafters = {{"mamba", (*mamba)->address()}};
+  cc.verify_delay = milliseconds(20);
+  auto coordinator = InProcessCoordinator::Start(std::move(cc));
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  auto stub = (*coordinator)->NewStub();
+
+  // A long stream on group A (both groups idle: the first is picked).
+  std::atomic<int> chunks{0};
+  GenerateOptions opts;
+  opts.on_chunk = [&](const GenerateResult&) { chunks.fetch_add(1); };
+  auto in_flight = std::async(std::launch::async, [&] {
+    return RunGenerate(stub.get(), MakeRequest(TestPrompt(1), 200, "mamba", "3,2,2,1,1"), opts);
+  });
+  ASSERT_TRUE(Eventually([&] { return chunks.load() >= 3; }, milliseconds(30000)));
+  ASSERT_EQ(WorkerSequences(WorkerStub((*a)->address).get()), 1) << "the stream is not on group A";
+
+  const Clock::time_point killed = Clock::now();
+  (*a)->ranks[1]->Signal(SIGKILL);
+  GenerateResult r = in_flight.get();
+  const double failed_after = Seconds(killed);
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::UNAVAILABLE) << r.status.error_message();
+  EXPECT_THAT(r.status.error_message(), HasSubstr("rank 1 of 2"));
+  EXPECT_LT(failed_after, 10.0);
+  RecordProperty("in_flight_error", r.status.error_message());
+  RecordProperty("in_flight_failed_after_ms", static_cast<int>(failed_after * 1000));
+  EXPECT_TRUE(Eventually([&] { return HealthStatus((*a)->address) == 2; }, milliseconds(10000)))
+      << "group A never reported NOT_SERVING";
+  EXPECT_LT(Seconds(killed), 10.0);
+  RecordProperty("not_serving_after_ms", static_cast<int>(Seconds(killed) * 1000));
+  EXPECT_TRUE((*a)->ranks[0]->running()) << "rank 0 must stay up and answer";
+
+  // Rank 0 fails its RPCs fast, naming the rank.
+  {
+    auto wa = WorkerStub((*a)->address);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + milliseconds(5000));
+    v1::WorkerInfo info;
+    grpc::Status st = wa->GetWorkerInfo(&ctx, v1::GetWorkerInfoRequest(), &info);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE);
+    EXPECT_THAT(st.error_message(), HasSubstr("rank 1 of 2"));
+  }
+
+  // New requests go to group B and give the plain greedy output.
+  const std::vector<int32_t> prompt = TestPrompt(5);
+  const std::vector<std::vector<int32_t>> want = GreedyReference({prompt}, 24);
+  for (int i = 0; i < 3; ++i) {
+    GenerateResult next = RunGenerate(stub.get(), MakeRequest(prompt, 24, "mamba", "3,2,2,1,1"));
+    ASSERT_TRUE(next.status.ok()) << "request " << i << ": " << next.status.error_message();
+    EXPECT_EQ(next.ids, want[0]) << "request " << i;
+  }
+  EXPECT_EQ(HealthStatus((*b)->address), 1);
+}
+
+TEST(TpTest, HungRankFailsTheGroupAfterTheCollectiveTimeout) {
+  constexpr double kTimeoutS = 2;
+  auto group = Group::Start(2, kTimeoutS);
+  ASSERT_TRUE(group.ok()) << group.status();
+  auto stub = WorkerStub((*group)->address);
+  (*group)->ranks[1]->Signal(SIGSTOP);
+  const Clock::time_point stopped = Clock::now();
+  v1::WorkerOpenRequest open;
+  v1::WorkerOpenSequence* s = open.add_sequences();
+  s->set_sequence_id(1);
+  for (int32_t t : TestPrompt(2)) s->add_prompt(t);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + milliseconds(30000));
+  v1::WorkerOpenResponse resp;
+  grpc::Status st = stub->Open(&ctx, open, &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << st.error_message();
+  EXPECT_THAT(st.error_message(), HasSubstr("rank 1 of 2"));
+  // Bounded: the collective timeout plus the wait for the rank's name.
+  EXPECT_LT(Seconds(stopped), 3 * kTimeoutS + 3);
+  RecordProperty("hung_error", st.error_message());
+  RecordProperty("hung_failed_after_ms", static_cast<int>(Seconds(stopped) * 1000));
+  EXPECT_EQ(HealthStatus((*group)->address), 2);
+  (*group)->ranks[1]->Signal(SIGKILL);
+}
+
+TEST(TpTest, FollowerExitsNonZeroWhenRankZeroDies) {
+  auto group = Group::Start(2);
+  ASSERT_TRUE(group.ok()) << group.status();
+  ASSERT_TRUE((*group)->ranks[1]->running());
+  const Clock::time_point killed = Clock::now();
+  (*group)->ranks[0]->Signal(SIGKILL);
+  const int status = (*group)->ranks[1]->WaitExit(milliseconds(15000));
+  ASSERT_NE(status, -1) << "rank 1 did not exit";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << "wait status " << status;
+  EXPECT_LT(Seconds(killed), 10.0);
+  RecordProperty("follower_exit_after_ms", static_cast<int>(Seconds(killed) * 1000));
+  RecordProperty("follower_stderr", (*group)->ranks[1]->Stderr());
+}
+
+TEST(TpTest, CleanShutdownStopsEveryRank) {
+  auto group = Group::Start(2);
+  ASSERT_TRUE(group.ok()) << group.status();
+  (*group)->ranks[0]->Signal(SIGTERM);
+  const int s0 = (*group)->ranks[0]->WaitExit(milliseconds(15000));
+  const int s1 = (*group)->ranks[1]->WaitExit(milliseconds(15000));
+  EXPECT_TRUE(WIFEXITED(s0) && WEXITSTATUS(s0) == 0) << "rank 0 wait status " << s0;
+  EXPECT_TRUE(WIFEXITED(s1) && WEXITSTATUS(s1) == 0) << "rank 1 wait status " << s1
+                                                     << "; stderr: " << (*group)->ranks[1]->Stderr();
+}
+
+TEST(TpTest, UnreachableRendezvousIsAClearStartupError) {
+  // A port nothing listens on: rank 1 retries, then gives up naming it.
+  const std::string address = "127.0.0.1:9";  // discard port: refused on loopback
+  std::vector<std::string> args = WorkerArgs(2, 1, address, 3, kTargetModel);
+  args[args.size() - 3] = "1.5";  // --rendezvous-timeout-s
+  auto rank1 = Proc::Spawn(args);
+  const Clock::time_point t0 = Clock::now();
+  const int status = rank1->WaitExit(milliseconds(20000));
+  ASSERT_NE(status, -1) << "rank 1 did not give up";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+  EXPECT_GE(Seconds(t0), 1.0);
+  EXPECT_THAT(rank1->Stderr(), HasSubstr(address));
+  EXPECT_THAT(rank1->Stderr(), HasSubstr("could not reach rank 0"));
+  RecordProperty("stderr", rank1->Stderr());
+}
+
+TEST(TpTest, ModelThatDoesNotSplitIsAClearStartupError) {
+  // 8 heads and 2 KV heads cannot be split 3 ways.
+  auto group = Group::Start(3);
+  ASSERT_FALSE(group.ok());
+  EXPECT_THAT(group.status().message(), HasSubstr("is not divisible by tp size 3"));
+  RecordProperty("error", std::string(group.status().message()));
+}
+
+}  // namespace
+}  // namespace treespec::testing
