@@ -3,9 +3,6 @@
 #include <iostream>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "core/util/cli_args.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "coordinator/coordinator.h"
@@ -13,7 +10,7 @@
 #include "coordinator/telemetry.h"
 #include "rpc/observability.h"
 #include "rpc/server.h"
-#include "rpc/signals.h"
+#include "rpc/service_main.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "HOST:PORT to serve gRPC on (port 0: any free port)");
 ABSL_FLAG(std::string, workers, "", "Worker group addresses ADDR[,ADDR...] (rank 0 of each)");
@@ -101,33 +98,20 @@ int Main() {
                             (*obs)->Interceptors({"/treespec.v1.Generation/Generate"}));
   if (!server.ok()) return Fail(server.status());
   telemetry.RegisterGauges(coordinator->get());
-  (*obs)->SetServing(true);
-  std::printf("listening on %s\n", server->address.c_str());
-  std::fflush(stdout);
-  // SIGTERM: NOT_SERVING, refuse new calls, let streams finish within the
-  // grace period, then flush traces (stopping the metrics endpoint before the
-  // coordinator its gauges read goes away).
-  WaitForTerminationSignal();
-  (*obs)->SetServing(false);
-  server->server->GetHealthCheckService()->SetServingStatus(false);
-  server->server->Shutdown(std::chrono::system_clock::now() +
-                           std::chrono::seconds(absl::GetFlag(FLAGS_shutdown_grace_s)));
-  (*obs)->Shutdown();
-  return 0;
+  // After the drain, traces are flushed and the metrics endpoint stops before
+  // the coordinator its gauges read goes away.
+  return ServeUntilSignal(&*server, obs->get(),
+                          std::chrono::seconds(absl::GetFlag(FLAGS_shutdown_grace_s)));
 }
 
 }  // namespace
 }  // namespace treespec
 
 int main(int argc, char** argv) {
-  treespec::BlockTerminationSignals();
-  treespec::ConfigureFlagHelp();
-  absl::SetProgramUsageMessage(
+  treespec::InitServiceMain(
+      argc, argv,
       "Public endpoint: drafts, verifies and streams completions.\n"
       "Usage: treespec-coordinator --listen HOST:PORT --workers ADDR[,ADDR...] "
       "[--drafters NAME=ADDR[,...]] [--tokenizer DIR]");
-  std::vector<std::string> storage;
-  std::vector<char*> args = treespec::NormalizeFlagNames(argc, argv, &storage);
-  absl::ParseCommandLine(argc, args.data());
   return treespec::Main();
 }

@@ -3,15 +3,12 @@
 #include <iostream>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "core/util/cli_args.h"
 #include "core/tensor/backend.h"
 #include "drafter_service/drafter.h"
 #include "drafter_service/drafter_service.h"
 #include "rpc/observability.h"
 #include "rpc/server.h"
-#include "rpc/signals.h"
+#include "rpc/service_main.h"
 
 ABSL_FLAG(std::string, kind, "mamba", "Drafter kind: mamba or transformer");
 ABSL_FLAG(std::string, model, "", "Hugging Face model directory of the drafter");
@@ -59,29 +56,17 @@ int Main() {
   (*obs)->RegisterService(&service);
   auto server = StartServer(absl::GetFlag(FLAGS_listen), {&service}, tls, (*obs)->Interceptors());
   if (!server.ok()) return Fail(server.status());
-  (*obs)->SetServing(true);
-  std::printf("listening on %s\n", server->address.c_str());
-  std::fflush(stdout);
-  WaitForTerminationSignal();
-  (*obs)->SetServing(false);
-  server->server->GetHealthCheckService()->SetServingStatus(false);
-  server->server->Shutdown(std::chrono::system_clock::now() +
-                           std::chrono::seconds(absl::GetFlag(FLAGS_shutdown_grace_s)));
-  (*obs)->Shutdown();
-  return 0;
+  return ServeUntilSignal(&*server, obs->get(),
+                          std::chrono::seconds(absl::GetFlag(FLAGS_shutdown_grace_s)));
 }
 
 }  // namespace
 }  // namespace treespec
 
 int main(int argc, char** argv) {
-  treespec::BlockTerminationSignals();
-  treespec::ConfigureFlagHelp();
-  absl::SetProgramUsageMessage(
+  treespec::InitServiceMain(
+      argc, argv,
       "Serves a drafter model that proposes token trees.\n"
       "Usage: treespec-drafter --kind mamba|transformer --model DIR --listen HOST:PORT");
-  std::vector<std::string> storage;
-  std::vector<char*> args = treespec::NormalizeFlagNames(argc, argv, &storage);
-  absl::ParseCommandLine(argc, args.data());
   return treespec::Main();
 }

@@ -10,8 +10,6 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -19,9 +17,9 @@
 #include "core/model/config.h"
 #include "core/model/llama.h"
 #include "core/tensor/backend.h"
-#include "core/util/cli_args.h"
 #include "rpc/observability.h"
 #include "rpc/server.h"
+#include "rpc/service_main.h"
 #include "rpc/signals.h"
 #include "worker/group_service.h"
 #include "worker/group_setup.h"
@@ -133,17 +131,8 @@ int Serve(grpc::Service* service, const std::function<void(grpc::Server*)>& on_s
   auto server = StartServer(absl::GetFlag(FLAGS_listen), {service}, tls, (*obs)->Interceptors());
   if (!server.ok()) return Fail(server.status());
   if (on_started) on_started(server->server.get());
-  (*obs)->SetServing(true);
-  std::printf("listening on %s\n", server->address.c_str());
-  std::fflush(stdout);
-  WaitForTerminationSignal();
-  (*obs)->SetServing(false);
-  server->server->GetHealthCheckService()->SetServingStatus(false);
-  server->server->Shutdown(std::chrono::system_clock::now() +
-                           std::chrono::seconds(absl::GetFlag(FLAGS_shutdown_grace_s)));
-  if (after_drain) after_drain();
-  (*obs)->Shutdown();
-  return 0;
+  return ServeUntilSignal(&*server, obs->get(),
+                          std::chrono::seconds(absl::GetFlag(FLAGS_shutdown_grace_s)), after_drain);
 }
 
 int SingleRank(const std::string& model_dir, Backend* backend, const ModelConfig& mc) {
@@ -283,14 +272,10 @@ int Main() {
 }  // namespace treespec
 
 int main(int argc, char** argv) {
-  treespec::BlockTerminationSignals();
-  treespec::ConfigureFlagHelp();
-  absl::SetProgramUsageMessage(
+  treespec::InitServiceMain(
+      argc, argv,
       "Serves a target model for speculative verification.\n"
       "Usage: treespec-worker --model DIR --listen HOST:PORT [--device cpu|cuda]\n"
       "       [--tp-size N --tp-rank R --rendezvous HOST:PORT]");
-  std::vector<std::string> storage;
-  std::vector<char*> args = treespec::NormalizeFlagNames(argc, argv, &storage);
-  absl::ParseCommandLine(argc, args.data());
   return treespec::Main();
 }
