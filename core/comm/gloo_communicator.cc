@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "core/comm/comm_accounting.h"
 #include "core/util/status_macros.h"
 
 namespace treespec {
@@ -81,8 +82,6 @@ class StoreAdapter final : public gloo::rendezvous::Store {
   const std::chrono::milliseconds timeout_;
 };
 
-enum class Op { kAllReduce, kAllGather, kBroadcast, kBarrier };
-
 class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(std::shared_ptr<gloo::rendezvous::Context> context, const GlooOptions& options)
@@ -94,7 +93,7 @@ class GlooCommunicator final : public Communicator {
 
   absl::Status AllReduceSum(Tensor* t) override {
     TS_RETURN_IF_ERROR(CheckHostF32("AllReduceSum", *t));
-    return Run(Op::kAllReduce, t->nbytes(), [&]() -> absl::Status {
+    return Run(CollectiveOp::kAllReduce, t->nbytes(), [&]() -> absl::Status {
       if (t->numel() == 0) return absl::OkStatus();
       gloo::AllreduceOptions opts(context_);
       opts.setOutput(t->data<float>(), static_cast<size_t>(t->numel()));
@@ -114,7 +113,7 @@ class GlooCommunicator final : public Communicator {
           absl::StrCat("AllGather: output ", ShapeString(out->shape()), " is not ", options_.size,
                        " x input ", ShapeString(in.shape())));
     }
-    return Run(Op::kAllGather, in.nbytes(), [&]() -> absl::Status {
+    return Run(CollectiveOp::kAllGather, in.nbytes(), [&]() -> absl::Status {
       if (in.numel() == 0) return absl::OkStatus();
       gloo::AllgatherOptions opts(context_);
       opts.setInput(in.data<float>(), static_cast<size_t>(in.numel()));
@@ -129,7 +128,7 @@ class GlooCommunicator final : public Communicator {
     if (root < 0 || root >= options_.size) {
       return absl::InvalidArgumentError(absl::StrCat("Broadcast: root ", root, " out of range"));
     }
-    return Run(Op::kBroadcast, bytes, [&]() -> absl::Status {
+    return Run(CollectiveOp::kBroadcast, bytes, [&]() -> absl::Status {
       if (bytes == 0) return absl::OkStatus();
       gloo::BroadcastOptions opts(context_);
       opts.setOutput(static_cast<char*>(data), bytes);
@@ -141,7 +140,7 @@ class GlooCommunicator final : public Communicator {
   }
 
   absl::Status Barrier() override {
-    return Run(Op::kBarrier, 0, [&]() -> absl::Status {
+    return Run(CollectiveOp::kBarrier, 0, [&]() -> absl::Status {
       gloo::BarrierOptions opts(context_);
       opts.setTimeout(options_.comm.timeout);
       TS_GLOO_RETURN_IF_ERROR(gloo::barrier(opts));
@@ -149,18 +148,9 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
-  absl::Status status() const override {
-    absl::MutexLock lock(&mu_);
-    return status_;
-  }
-  CommStats stats() const override {
-    absl::MutexLock lock(&mu_);
-    return stats_;
-  }
-  void ResetStats() override {
-    absl::MutexLock lock(&mu_);
-    stats_ = CommStats{};
-  }
+  absl::Status status() const override { return accounting_.status(); }
+  CommStats stats() const override { return accounting_.stats(); }
+  void ResetStats() override { accounting_.ResetStats(); }
 
  private:
   static absl::Status CheckHostF32(const char* what, const Tensor& t) {
@@ -172,33 +162,17 @@ class GlooCommunicator final : public Communicator {
   }
 
   template <typename F>
-  absl::Status Run(Op op, size_t bytes, F&& body) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (!status_.ok()) return status_;
-    }
+  absl::Status Run(CollectiveOp op, size_t bytes, F&& body) {
+    if (absl::Status st = accounting_.status(); !st.ok()) return st;
     const Clock::time_point t0 = Clock::now();
     absl::Status st = body();
     const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
-    absl::MutexLock lock(&mu_);
-    stats_.num_calls += 1;
-    stats_.total_ns += ns;
-    stats_.bytes += static_cast<int64_t>(bytes);
-    if (op == Op::kAllReduce) stats_.allreduce_ns += ns;
-    if (op == Op::kAllGather) stats_.allgather_ns += ns;
-    if (op == Op::kBroadcast) stats_.broadcast_ns += ns;
-    if (!st.ok() && status_.ok()) {
-      status_ = absl::Status(st.code(), absl::StrCat("rank ", options_.rank, " of ", options_.size,
-                                                     ": ", st.message()));
-    }
-    return st.ok() ? st : status_;
+    return accounting_.Record(op, bytes, ns, st);
   }
 
   const std::shared_ptr<gloo::rendezvous::Context> context_;
   const GlooOptions options_;
-  mutable absl::Mutex mu_;
-  absl::Status status_ ABSL_GUARDED_BY(mu_);
-  CommStats stats_ ABSL_GUARDED_BY(mu_);
+  CommAccounting accounting_{options_.rank, options_.size};
 };
 
 absl::Status Connect(const GlooOptions& options, RendezvousClient* store,

@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/comm/nccl/nccl_check.h"
 #include "core/comm/nccl_communicator.h"
+#include "core/comm/comm_accounting.h"
 #include "core/util/status_macros.h"
 #include "kernels/cuda/cuda_backend.h"
 
@@ -42,8 +43,6 @@ absl::StatusOr<ncclDataType_t> NcclType(DType dtype) {
           absl::StrCat("nccl: no reduction for dtype ", DTypeName(dtype)));
   }
 }
-
-enum class Op { kAllReduce, kAllGather, kBroadcast, kBarrier };
 
 class NcclCommunicator final : public Communicator {
  public:
@@ -103,7 +102,7 @@ class NcclCommunicator final : public Communicator {
   absl::Status AllReduceSum(Tensor* t) override {
     TS_RETURN_IF_ERROR(CheckDevice("AllReduceSum", *t));
     TS_ASSIGN_OR_RETURN(ncclDataType_t type, NcclType(t->dtype()));
-    return Run(Op::kAllReduce, t->nbytes(), [&] {
+    return Run(CollectiveOp::kAllReduce, t->nbytes(), [&] {
       return ncclAllReduce(t->raw(), t->raw(), static_cast<size_t>(t->numel()), type, ncclSum,
                            comm_, stream_);
     });
@@ -118,7 +117,7 @@ class NcclCommunicator final : public Communicator {
                                                      in.DebugString()));
     }
     TS_ASSIGN_OR_RETURN(ncclDataType_t type, NcclType(in.dtype()));
-    return Run(Op::kAllGather, in.nbytes(), [&] {
+    return Run(CollectiveOp::kAllGather, in.nbytes(), [&] {
       return ncclAllGather(in.raw(), out->raw(), static_cast<size_t>(in.numel()), type, comm_,
                            stream_);
     });
@@ -135,7 +134,7 @@ class NcclCommunicator final : public Communicator {
       TS_CUDA_RETURN_IF_ERROR(
           cudaMemcpyAsync(stage_, data, bytes, cudaMemcpyHostToDevice, stream_));
     }
-    TS_RETURN_IF_ERROR(Run(Op::kBroadcast, bytes, [&] {
+    TS_RETURN_IF_ERROR(Run(CollectiveOp::kBroadcast, bytes, [&] {
       return ncclBroadcast(stage_, stage_, bytes, ncclUint8, root, comm_, stream_);
     }));
     TS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(data, stage_, bytes, cudaMemcpyDeviceToHost, stream_));
@@ -145,23 +144,14 @@ class NcclCommunicator final : public Communicator {
 
   absl::Status Barrier() override {
     TS_RETURN_IF_ERROR(Stage(sizeof(int32_t)));
-    return Run(Op::kBarrier, 0, [&] {
+    return Run(CollectiveOp::kBarrier, 0, [&] {
       return ncclAllReduce(stage_, stage_, 1, ncclInt32, ncclSum, comm_, stream_);
     });
   }
 
-  absl::Status status() const override {
-    absl::MutexLock lock(&mu_);
-    return status_;
-  }
-  CommStats stats() const override {
-    absl::MutexLock lock(&mu_);
-    return stats_;
-  }
-  void ResetStats() override {
-    absl::MutexLock lock(&mu_);
-    stats_ = CommStats{};
-  }
+  absl::Status status() const override { return accounting_.status(); }
+  CommStats stats() const override { return accounting_.stats(); }
+  void ResetStats() override { accounting_.ResetStats(); }
 
  private:
   static absl::Status CheckDevice(const char* what, const Tensor& t) {
@@ -221,16 +211,11 @@ class NcclCommunicator final : public Communicator {
   absl::Status Abort(absl::Status st) {
     if (!aborted_ && comm_ != nullptr) ncclCommAbort(comm_);
     aborted_ = true;
-    absl::MutexLock lock(&mu_);
-    if (status_.ok()) {
-      status_ = absl::Status(st.code(), absl::StrCat("rank ", options_.rank, " of ", options_.size,
-                                                     ": ", st.message()));
-    }
-    return status_;
+    return accounting_.Fail(st);
   }
 
   template <typename F>
-  absl::Status Run(Op op, size_t bytes, F&& issue) {
+  absl::Status Run(CollectiveOp op, size_t bytes, F&& issue) {
     if (absl::Status st = status(); !st.ok()) return st;
     const Clock::time_point t0 = Clock::now();
     deadline_ = t0 + options_.comm.timeout;
@@ -244,15 +229,7 @@ class NcclCommunicator final : public Communicator {
       return WaitStream("nccl collective");
     }();
     const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
-    absl::MutexLock lock(&mu_);
-    stats_.num_calls += 1;
-    stats_.total_ns += ns;
-    stats_.bytes += static_cast<int64_t>(bytes);
-    if (op == Op::kAllReduce) stats_.allreduce_ns += ns;
-    if (op == Op::kAllGather) stats_.allgather_ns += ns;
-    if (op == Op::kBroadcast) stats_.broadcast_ns += ns;
-    if (!st.ok() && status_.ok()) status_ = st;
-    return st;
+    return accounting_.Record(op, bytes, ns, st);
   }
 
   const NcclOptions options_;
@@ -264,10 +241,7 @@ class NcclCommunicator final : public Communicator {
   size_t stage_bytes_ = 0;
   bool aborted_ = false;
   Clock::time_point deadline_;
-
-  mutable absl::Mutex mu_;
-  absl::Status status_ ABSL_GUARDED_BY(mu_);
-  CommStats stats_ ABSL_GUARDED_BY(mu_);
+  CommAccounting accounting_{options_.rank, options_.size};
 };
 
 }  // namespace
