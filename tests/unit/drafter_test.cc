@@ -206,7 +206,9 @@ TEST_P(DrafterTest, SampledTreesCarryQAtEveryExpandedNode) {
     double sum = 0;
     for (size_t j = 0; j < q.probs.size(); ++j) {
       sum += q.probs[j];
-      if (j > 0) EXPECT_LE(q.probs[j], q.probs[j - 1]) << "node " << v << " q is not descending";
+      if (j > 0) {
+        EXPECT_LE(q.probs[j], q.probs[j - 1]) << "node " << v << " q is not descending";
+      }
     }
     EXPECT_NEAR(sum, 1.0, 1e-4) << "node " << v;
     std::set<int32_t> seen;

@@ -264,7 +264,9 @@ TEST_F(TargetRunnerTest, FailuresInOneBatchStayWithTheirSequence) {
   for (size_t i = 0; i < out.size(); ++i) {
     EXPECT_EQ(out[i].id, batch[i].id) << "result " << i;
     EXPECT_EQ(out[i].step, batch[i].step) << "result " << i;
-    if (i > 0 && i < 10) EXPECT_TRUE(out[i].tokens.empty()) << "result " << i;
+    if (i > 0 && i < 10) {
+      EXPECT_TRUE(out[i].tokens.empty()) << "result " << i;
+    }
   }
   // The failed sequences are untouched: their step 1 still works and is right.
   for (uint64_t id = 2; id <= 7; ++id) {

@@ -4,9 +4,9 @@
 // the worker and drafter cores in process (TargetRunner + Drafter), so it
 // measures the algorithm, not the RPCs.
 //
-//   build/bin/acceptance_bench --target models/demo/target \
-//     --drafters mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter \
-//     --prompts models/demo/heldout_prompts.txt [--trees "chain:4;3,2,2,1,1;3,3,2,1"]
+//   build/bin/acceptance_bench [--target models/demo/target]
+//     [--drafters mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter]
+//     [--prompts models/demo/heldout_prompts.txt] [--trees "chain:4;3,2,2,1,1;3,3,2,1"]
 #include <cstdio>
 #include <fstream>
 #include <map>

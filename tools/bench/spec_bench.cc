@@ -5,8 +5,8 @@
 // per-step time split into draft (drafter's own time), verify (worker's
 // forward + acceptance) and coordinator + RPC (the rest of the step loop).
 //
-//   build/bin/spec_bench --target models/demo/target \
-//       --drafters mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter \
+//   build/bin/spec_bench [--target models/demo/target]
+//       [--drafters mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter]
 //       [--trees "chain:4;3,2,2,1,1"] [--max_tokens 128] [--requests_per_client 2]
 #include <signal.h>
 #include <sys/wait.h>
