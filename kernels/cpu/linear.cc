@@ -68,7 +68,7 @@ __attribute__((target("avx2,fma"))) void LinearAvx2(const float* x, const float*
   // row of x passes over it.
   const int kNB = std::max(2, (16 << 10) / std::max(1, K * 4)) & ~1;
 #pragma omp parallel for schedule(static) num_threads(threads) \
-    if (threads > 1 && static_cast<int64_t>(N) * K * T > (1 << 22))
+    if (threads > 1 && static_cast<int64_t>(N) * K * T > (1 << 19))
   for (int nb = 0; nb < N; nb += kNB) {
     const int ne = std::min(N, nb + kNB);
     int t = 0;
@@ -101,7 +101,7 @@ __attribute__((target("avx2,fma"))) void LinearAvx2(const float* x, const float*
 void LinearPortable(const float* x, const float* w, int T, int K, int N, float* out,
                     int threads) {
 #pragma omp parallel for schedule(static) num_threads(threads) \
-    if (threads > 1 && static_cast<int64_t>(N) * K * T > (1 << 22))
+    if (threads > 1 && static_cast<int64_t>(N) * K * T > (1 << 19))
   for (int n = 0; n < N; ++n) {
     const float* wr = w + static_cast<int64_t>(n) * K;
     for (int t = 0; t < T; ++t) {
