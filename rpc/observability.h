@@ -36,7 +36,7 @@
 #include "obs/metrics.h"
 #include "obs/metrics_server.h"
 #include "obs/tracer.h"
-#include "rpc/flag_help.h"
+#include "core/util/cli_args.h"
 #include "rpc/health_port.h"
 
 namespace treespec {

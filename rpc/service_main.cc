@@ -4,21 +4,16 @@
 #include <string>
 #include <vector>
 
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "core/util/cli_args.h"
-#include "rpc/flag_help.h"
 #include "rpc/signals.h"
 
 namespace treespec {
 
 void InitServiceMain(int argc, char** argv, const char* usage) {
   BlockTerminationSignals();
-  ConfigureFlagHelp();
   absl::SetProgramUsageMessage(usage);
-  std::vector<std::string> storage;
-  std::vector<char*> args = NormalizeFlagNames(argc, argv, &storage);
-  absl::ParseCommandLine(argc, args.data());
+  ParseFlags(argc, argv);
 }
 
 int ServeUntilSignal(RunningServer* server, ServiceObservability* obs, std::chrono::seconds grace,

@@ -12,7 +12,6 @@
 #include <map>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_split.h"
 #include "core/model/tokenizer.h"
 #include "core/util/cli_args.h"
@@ -185,8 +184,6 @@ int Main() {
 }  // namespace treespec
 
 int main(int argc, char** argv) {
-  std::vector<std::string> storage;
-  std::vector<char*> args = treespec::NormalizeFlagNames(argc, argv, &storage);
-  absl::ParseCommandLine(argc, args.data());
+  treespec::ParseFlags(argc, argv);
   return treespec::Main();
 }

@@ -6,12 +6,10 @@
 //   build/bin/engine_bench [--device cpu] [--decode_steps 16] [--prefill 128]
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <numeric>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "core/model/llama.h"
 #include "core/model/mamba.h"
 #include "core/util/cli_args.h"
@@ -211,8 +209,6 @@ int Main() {
 }  // namespace treespec
 
 int main(int argc, char** argv) {
-  std::vector<std::string> storage;
-  std::vector<char*> args = treespec::NormalizeFlagNames(argc, argv, &storage);
-  absl::ParseCommandLine(argc, args.data());
+  treespec::ParseFlags(argc, argv);
   return treespec::Main();
 }

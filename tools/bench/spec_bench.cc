@@ -19,7 +19,6 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_split.h"
 #include "coordinator/coordinator.h"
 #include "core/util/cli_args.h"
@@ -223,8 +222,6 @@ int Main() {
 }  // namespace treespec
 
 int main(int argc, char** argv) {
-  std::vector<std::string> storage;
-  std::vector<char*> args = treespec::NormalizeFlagNames(argc, argv, &storage);
-  absl::ParseCommandLine(argc, args.data());
+  treespec::ParseFlags(argc, argv);
   return treespec::Main();
 }

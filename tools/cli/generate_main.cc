@@ -6,7 +6,6 @@
 #include <iostream>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "core/util/cli_args.h"
 #include "core/model/tokenizer.h"
@@ -124,8 +123,6 @@ int main(int argc, char** argv) {
       "In-process generation with a local model.\n"
       "Usage: treespec-generate --model DIR --prompt TEXT [--max_tokens N --temperature T "
       "--top_p P --top_k K --seed S] [--num_samples N --batch B --output FILE]");
-  std::vector<std::string> storage;
-  std::vector<char*> args = treespec::NormalizeFlagNames(argc, argv, &storage);
-  absl::ParseCommandLine(argc, args.data());
+  treespec::ParseFlags(argc, argv);
   return treespec::Main();
 }

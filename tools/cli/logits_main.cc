@@ -3,7 +3,6 @@
 #include <iostream>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "core/util/cli_args.h"
 #include "absl/strings/numbers.h"
@@ -65,8 +64,6 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Writes float32 logits [num_tokens, vocab] as .npy.\n"
       "Usage: treespec-logits --model DIR (--prompt TEXT | --ids 1,2,3) --out FILE.npy");
-  std::vector<std::string> storage;
-  std::vector<char*> args = treespec::NormalizeFlagNames(argc, argv, &storage);
-  absl::ParseCommandLine(argc, args.data());
+  treespec::ParseFlags(argc, argv);
   return treespec::Main();
 }

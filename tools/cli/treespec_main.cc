@@ -4,11 +4,9 @@
 //       --verify greedy|multiround|target_sampling --json]
 //   treespec info --server ADDR
 #include <cstdio>
-#include <cstring>
 #include <iostream>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
@@ -171,15 +169,13 @@ int main(int argc, char** argv) {
       "Usage: treespec generate --server ADDR --prompt TEXT [--max-tokens N --temperature T "
       "--seed S --drafter NAME|none --tree SHAPE --verify MODE --json]\n"
       "       treespec info --server ADDR");
-  std::vector<std::string> storage;
-  std::vector<char*> args = treespec::NormalizeFlagNames(argc, argv, &storage);
-  std::vector<char*> rest = absl::ParseCommandLine(argc, args.data());
+  std::vector<std::string> rest = treespec::ParseFlags(argc, argv);
   if (rest.size() != 2) return treespec::Usage();
   treespec::TlsFiles tls;
   tls.ca = absl::GetFlag(FLAGS_tls_ca);
   auto stub = treespec::v1::Generation::NewStub(
       treespec::MakeChannel(absl::GetFlag(FLAGS_server), tls));
-  if (std::strcmp(rest[1], "generate") == 0) return treespec::Generate(stub.get());
-  if (std::strcmp(rest[1], "info") == 0) return treespec::Info(stub.get());
+  if (rest[1] == "generate") return treespec::Generate(stub.get());
+  if (rest[1] == "info") return treespec::Info(stub.get());
   return treespec::Usage();
 }

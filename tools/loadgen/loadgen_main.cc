@@ -7,11 +7,10 @@
 #include <iostream>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "core/util/cli_args.h"
-#include "rpc/flag_help.h"
+#include "core/util/cli_args.h"
 #include "rpc/server.h"
 #include "tools/loadgen/runner.h"
 #include "tools/loadgen/stats.h"
@@ -136,13 +135,10 @@ int Main() {
 }  // namespace treespec::loadgen
 
 int main(int argc, char** argv) {
-  treespec::ConfigureFlagHelp();
   absl::SetProgramUsageMessage(
       "Load generator for a treespec coordinator.\n"
       "Usage: treespec-loadgen --server ADDR (--concurrency C | --rate R) --num-requests N "
       "[--prompts FILE.jsonl] [--json OUT] [--slo-ttft-ms MS --slo-tpot-ms MS]");
-  std::vector<std::string> storage;
-  std::vector<char*> args = treespec::NormalizeFlagNames(argc, argv, &storage);
-  absl::ParseCommandLine(argc, args.data());
+  treespec::ParseFlags(argc, argv);
   return treespec::loadgen::Main();
 }
