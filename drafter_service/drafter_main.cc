@@ -13,7 +13,7 @@
 ABSL_FLAG(std::string, kind, "mamba", "Drafter kind: mamba or transformer");
 ABSL_FLAG(std::string, model, "", "Hugging Face model directory of the drafter");
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "HOST:PORT to serve gRPC on (port 0: any free port)");
-ABSL_FLAG(std::string, device, "cpu", "Backend: cpu, cuda, cuda:N, cuda:N:bf16");
+ABSL_FLAG(std::string, device, "cpu", "Backend: cpu, cpu:THREADS, cuda, cuda:N, cuda:N:bf16");
 ABSL_FLAG(int64_t, max_sequences, 64, "Most concurrently open sequences");
 ABSL_FLAG(int64_t, max_tree_nodes, 64, "Largest tree per sequence (root included)");
 ABSL_FLAG(int64_t, max_context, 4096, "transformer: longest sequence in the drafter's KV cache");

@@ -29,7 +29,7 @@
 
 ABSL_FLAG(std::string, model, "", "Hugging Face model directory of the target (Llama family)");
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "HOST:PORT to serve gRPC on (port 0: any free port)");
-ABSL_FLAG(std::string, device, "cpu", "Backend: cpu, cuda, cuda:N, cuda:N:bf16");
+ABSL_FLAG(std::string, device, "cpu", "Backend: cpu, cpu:THREADS, cuda, cuda:N, cuda:N:bf16");
 ABSL_FLAG(int64_t, kv_blocks, 0, "KV cache blocks of --kv_block_size tokens (0: from --kv_tokens)");
 ABSL_FLAG(int64_t, kv_tokens, 65536, "KV cache capacity in tokens when --kv_blocks is 0");
 ABSL_FLAG(int64_t, kv_block_size, 16, "Tokens per KV cache block");
