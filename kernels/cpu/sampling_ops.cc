@@ -22,10 +22,12 @@ void ProcessLogitsRow(const float* row, int64_t V, float temperature, int top_k,
   std::vector<int32_t> order(V);
   std::iota(order.begin(), order.end(), 0);
   int64_t keep = (top_k > 0 && top_k < V) ? top_k : V;
-  if (keep < V || top_p < 1.0f) {
-    std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-      return row[a] > row[b] || (row[a] == row[b] && a < b);
-    });
+  auto higher = [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); };
+  if (keep < V) {
+    // top-p only ever narrows the top-k set: order just those.
+    std::partial_sort(order.begin(), order.begin() + keep, order.end(), higher);
+  } else if (top_p < 1.0f) {
+    std::sort(order.begin(), order.end(), higher);
   }
   const double mx = row[ArgmaxRow(row, V)] * inv_t;
   std::vector<double> e(keep);
