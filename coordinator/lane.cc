@@ -268,13 +268,15 @@ void Lane::Step() {
       shape = g.tree;
     }
     if (!shape.has_value()) continue;
+    // Stats and metrics name the chosen shape; the draft may be cut short.
+    const std::string chosen = shape->ToString();
     shape = CapShape(*shape, remaining);
     if (!shape.has_value()) {
       budget_spent.insert(s->id);
       continue;
     }
     arms[s->id] = arm;
-    shapes[s->id] = shape->ToString();
+    shapes[s->id] = chosen;
     v1::DraftSequence* d = dreq.add_sequences();
     d->set_sequence_id(s->id);
     d->set_step(s->drafter_step);
