@@ -136,14 +136,14 @@ void Lane::Admit(std::vector<std::shared_ptr<RequestState>> arrivals) {
   v1::WorkerOpenRequest open;
   std::vector<std::unique_ptr<Seq>> fresh;
   for (auto& req : arrivals) {
+    absl::Status gone;
     if (req->cancelled()) {
-      req->Finish(absl::CancelledError("request cancelled while queued"));
-      worker_->health.AddLoad(-1);
-      if (drafter_ != nullptr) drafter_->health.AddLoad(-1);
-      continue;
+      gone = absl::CancelledError("request cancelled while queued");
+    } else if (req->deadline() && now > *req->deadline()) {
+      gone = absl::DeadlineExceededError("deadline passed while queued");
     }
-    if (req->deadline() && now > *req->deadline()) {
-      req->Finish(absl::DeadlineExceededError("deadline passed while queued"));
+    if (!gone.ok()) {
+      req->Finish(std::move(gone));
       worker_->health.AddLoad(-1);
       if (drafter_ != nullptr) drafter_->health.AddLoad(-1);
       continue;
