@@ -24,18 +24,22 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-# start NAME CMD... : runs CMD in the background and waits for "listening on".
+# start NAME VAR CMD... : runs CMD in the background, waits for its
+# "listening on HOST:PORT" line and stores HOST:PORT in VAR. (Not called in a
+# $(...) subshell, so that PIDS reaches the cleanup.)
 start() {
-  local name=$1; shift
+  local name=$1 var=$2
+  shift 2
   : >"$WORK/$name.out"
   "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
-  PIDS+=($!)
+  local pid=$!
+  PIDS+=("$pid")
   for _ in $(seq 600); do
     if grep -q '^listening on ' "$WORK/$name.out"; then
-      sed -n 's/^listening on //p' "$WORK/$name.out" | head -1
+      printf -v "$var" '%s' "$(sed -n 's/^listening on //p' "$WORK/$name.out" | head -1)"
       return 0
     fi
-    if ! kill -0 "${PIDS[-1]}" 2>/dev/null; then
+    if ! kill -0 "$pid" 2>/dev/null; then
       echo "demo: $name exited:" >&2; cat "$WORK/$name.err" >&2; return 1
     fi
     sleep 0.1
@@ -62,17 +66,17 @@ else
 fi
 
 echo "== starting services (target $TARGET)"
-W=$(start worker "$BIN/treespec-worker" --model "$TARGET" --listen 127.0.0.1:0)
+start worker W "$BIN/treespec-worker" --model "$TARGET" --listen 127.0.0.1:0
 echo "worker      $W"
 SPEC=""
 for d in "${DRAFTERS[@]}"; do
   IFS=: read -r name kind dir <<<"$d"
-  A=$(start "drafter-$name" "$BIN/treespec-drafter" --kind "$kind" --model "$dir" --listen 127.0.0.1:0)
+  start "drafter-$name" A "$BIN/treespec-drafter" --kind "$kind" --model "$dir" --listen 127.0.0.1:0
   echo "drafter     $name ($kind) $A"
   SPEC="${SPEC:+$SPEC,}$name=$A"
 done
-C=$(start coordinator "$BIN/treespec-coordinator" --listen 127.0.0.1:0 --workers "$W" \
-    --drafters "$SPEC" --tokenizer "$TARGET")
+start coordinator C "$BIN/treespec-coordinator" --listen 127.0.0.1:0 --workers "$W" \
+  --drafters "$SPEC" --tokenizer "$TARGET"
 echo "coordinator $C"
 
 PROMPT="${TREESPEC_DEMO_PROMPT:-Once upon a time, there was a little dog named}"
