@@ -24,7 +24,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 #include "core/spec/bandit.h"
 #include "core/spec/stop.h"
 #include "coordinator/endpoints.h"

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 #include "coordinator/request.h"
 #include "treespec/v1/generation.pb.h"
 

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "core/model/json_fields.h"
+#include "core/util/json_fields.h"
 #include "core/util/mapped_file.h"
 #include "core/util/status_macros.h"
 

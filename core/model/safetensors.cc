@@ -5,7 +5,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
-#include "core/model/json_fields.h"
+#include "core/util/json_fields.h"
 #include "core/util/status_macros.h"
 
 namespace treespec {

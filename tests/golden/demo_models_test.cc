@@ -7,7 +7,7 @@
 #include "core/model/config.h"
 #include "core/model/llama.h"
 #include "core/model/mamba.h"
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/test_util.h"

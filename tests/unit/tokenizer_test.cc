@@ -2,7 +2,7 @@
 // (tools/goldens/make_tokenizer_goldens.py: the sentencepiece library, and
 // transformers/tokenizers for the tokenizer.json fixtures), the streaming
 // detokenizer's contract, BOS/EOS configuration, and malformed files.
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 
 #include <cstdio>
 #include <filesystem>
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "core/model/pretokenizer.h"
-#include "core/model/utf8.h"
+#include "core/tokenizer/pretokenizer.h"
+#include "core/tokenizer/utf8.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"

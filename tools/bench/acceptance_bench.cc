@@ -13,7 +13,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_split.h"
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 #include "core/util/cli_args.h"
 #include "drafter_service/drafter.h"
 #include "worker/target_runner.h"

@@ -8,7 +8,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
 #include "core/util/cli_args.h"
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 #include "tools/cli/local_model.h"
 
 ABSL_FLAG(std::string, model, "", "Hugging Face model directory (Llama family or Mamba)");

@@ -7,7 +7,7 @@
 #include "core/util/cli_args.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 #include "core/util/npy.h"
 #include "tools/cli/local_model.h"
 

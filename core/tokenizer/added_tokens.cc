@@ -1,11 +1,11 @@
-#include "core/model/added_tokens.h"
+#include "core/tokenizer/added_tokens.h"
 
 #include <unicode/uchar.h>
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "core/model/utf8.h"
+#include "core/tokenizer/utf8.h"
 
 namespace treespec {
 namespace {

@@ -1,4 +1,4 @@
-#include "core/model/utf8.h"
+#include "core/tokenizer/utf8.h"
 
 namespace treespec {
 namespace {

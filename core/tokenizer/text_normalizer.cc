@@ -1,4 +1,4 @@
-#include "core/model/text_normalizer.h"
+#include "core/tokenizer/text_normalizer.h"
 
 #include <unicode/bytestream.h>
 #include <unicode/normalizer2.h>
@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "core/model/utf8.h"
+#include "core/tokenizer/utf8.h"
 
 namespace treespec {
 namespace {

@@ -1,8 +1,8 @@
 #include <string>
 #include <string_view>
 
-#include "core/model/tokenizer.h"
-#include "core/model/utf8.h"
+#include "core/tokenizer/tokenizer.h"
+#include "core/tokenizer/utf8.h"
 
 namespace treespec {
 namespace {

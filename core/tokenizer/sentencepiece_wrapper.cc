@@ -1,5 +1,5 @@
 // No abseil or gRPC headers in this file: see sentencepiece_wrapper.h.
-#include "core/model/sentencepiece_wrapper.h"
+#include "core/tokenizer/sentencepiece_wrapper.h"
 
 #include <dlfcn.h>
 #include <unistd.h>
@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <mutex>
 
-#include "core/model/spm_plugin/spm_plugin.h"
+#include "core/tokenizer/spm_plugin/spm_plugin.h"
 
 #include <cstdint>
 #include <string_view>

@@ -1,10 +1,10 @@
-#include "core/model/bpe.h"
+#include "core/tokenizer/bpe.h"
 
 #include <queue>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/model/utf8.h"
+#include "core/tokenizer/utf8.h"
 
 namespace treespec {
 namespace {

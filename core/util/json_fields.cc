@@ -1,4 +1,4 @@
-#include "core/model/json_fields.h"
+#include "core/util/json_fields.h"
 
 #include "absl/strings/str_cat.h"
 

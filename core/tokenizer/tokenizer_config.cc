@@ -1,7 +1,7 @@
-#include "core/model/tokenizer_config.h"
+#include "core/tokenizer/tokenizer_config.h"
 
 #include "absl/strings/str_cat.h"
-#include "core/model/json_fields.h"
+#include "core/util/json_fields.h"
 #include "core/util/mapped_file.h"
 #include "core/util/status_macros.h"
 #include "nlohmann/json.hpp"

@@ -1,7 +1,7 @@
 // The SentencePiece plugin: the only code that includes sentencepiece headers
 // and links libsentencepiece (see spm_plugin.h for why). No abseil or gRPC here
 // either (TOOLCHAIN.md pitfall 3).
-#include "core/model/spm_plugin/spm_plugin.h"
+#include "core/tokenizer/spm_plugin/spm_plugin.h"
 
 #include <sentencepiece_processor.h>
 

@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/model/sentencepiece_wrapper.h"
-#include "core/model/tokenizer.h"
-#include "core/model/tokenizer_internal.h"
-#include "core/model/utf8.h"
+#include "core/tokenizer/sentencepiece_wrapper.h"
+#include "core/tokenizer/tokenizer.h"
+#include "core/tokenizer/tokenizer_internal.h"
+#include "core/tokenizer/utf8.h"
 #include "core/util/mapped_file.h"
 #include "core/util/status_macros.h"
 

@@ -1,6 +1,6 @@
 // A thin wrapper over libsentencepiece's SentencePieceProcessor that exposes
 // only standard types. The processor lives in a plugin library loaded with
-// dlopen (core/model/spm_plugin/spm_plugin.h explains why). It exists because sentencepiece_processor.h declares
+// dlopen (core/tokenizer/spm_plugin/spm_plugin.h explains why). It exists because sentencepiece_processor.h declares
 // `namespace absl { using std::string_view; }`, which clashes with Debian's
 // abseil (TOOLCHAIN.md pitfall 3): this header, and sentencepiece_wrapper.cc,
 // must include neither abseil nor gRPC. Immutable after Load; const methods are
@@ -47,7 +47,7 @@ class SentencePieceModel {
 
  private:
   SentencePieceModel() = default;
-  const TsSpmApi* api_ = nullptr;  // the plugin (core/model/spm_plugin)
+  const TsSpmApi* api_ = nullptr;  // the plugin (core/tokenizer/spm_plugin)
   void* handle_ = nullptr;
   NormalizerInfo normalizer_;
 };

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "core/model/tokenizer.h"
-#include "core/model/tokenizer_config.h"
+#include "core/tokenizer/tokenizer.h"
+#include "core/tokenizer/tokenizer_config.h"
 
 namespace treespec {
 

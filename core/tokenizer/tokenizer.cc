@@ -1,12 +1,12 @@
-#include "core/model/tokenizer.h"
+#include "core/tokenizer/tokenizer.h"
 
 #include <algorithm>
 #include <filesystem>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
-#include "core/model/tokenizer_config.h"
-#include "core/model/tokenizer_internal.h"
+#include "core/tokenizer/tokenizer_config.h"
+#include "core/tokenizer/tokenizer_internal.h"
 #include "core/util/status_macros.h"
 
 namespace treespec {

@@ -1,9 +1,9 @@
-#include "core/model/pretokenizer.h"
+#include "core/tokenizer/pretokenizer.h"
 
 #include <unicode/uchar.h>
 
 #include "absl/strings/str_cat.h"
-#include "core/model/utf8.h"
+#include "core/tokenizer/utf8.h"
 
 namespace treespec {
 namespace {

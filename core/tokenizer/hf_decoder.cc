@@ -1,10 +1,10 @@
-#include "core/model/hf_decoder.h"
+#include "core/tokenizer/hf_decoder.h"
 
 #include <cctype>
 
 #include "absl/strings/str_cat.h"
-#include "core/model/pretokenizer.h"
-#include "core/model/utf8.h"
+#include "core/tokenizer/pretokenizer.h"
+#include "core/tokenizer/utf8.h"
 
 namespace treespec {
 namespace {
