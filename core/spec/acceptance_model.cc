@@ -1,0 +1,260 @@
+#include "core/spec/acceptance_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/util/status_macros.h"
+
+namespace treespec {
+namespace {
+
+constexpr int kRankRows = kMaxShapeDepth;
+
+bool FiniteNonNegative(double v) { return std::isfinite(v) && v >= 0.0; }
+
+}  // namespace
+
+absl::Status AcceptanceModelOptions::Validate() const {
+  if (depth_bucket_starts.empty() || depth_bucket_starts[0] != 1) {
+    return absl::InvalidArgumentError("depth_bucket_starts must start at 1");
+  }
+  for (size_t i = 1; i < depth_bucket_starts.size(); ++i) {
+    if (depth_bucket_starts[i] <= depth_bucket_starts[i - 1]) {
+      return absl::InvalidArgumentError(absl::StrCat("depth_bucket_starts[", i,
+                                                     "] must be above the previous start, got ",
+                                                     depth_bucket_starts[i]));
+    }
+  }
+  if (num_q_bins < 1 || num_q_bins > 1000) {
+    return absl::InvalidArgumentError(absl::StrCat("num_q_bins must be in [1, 1000], got ", num_q_bins));
+  }
+  if (max_rank < 1 || max_rank > 64) {
+    return absl::InvalidArgumentError(absl::StrCat("max_rank must be in [1, 64], got ", max_rank));
+  }
+  for (auto [name, v] : {std::pair<const char*, double>{"q_prior_scale", q_prior_scale},
+                         {"rank_prior_first", rank_prior_first},
+                         {"rank_prior_decay", rank_prior_decay},
+                         {"prior_strength", prior_strength}}) {
+    if (!FiniteNonNegative(v)) {
+      return absl::InvalidArgumentError(absl::StrCat(name, " must be finite and >= 0, got ", v));
+    }
+  }
+  if (rank_prior_first > 1.0 || rank_prior_decay > 1.0) {
+    return absl::InvalidArgumentError("rank_prior_first and rank_prior_decay must be <= 1");
+  }
+  if (!std::isfinite(max_count) || max_count < 2.0) {
+    return absl::InvalidArgumentError(absl::StrCat("max_count must be finite and >= 2, got ", max_count));
+  }
+  return absl::OkStatus();
+}
+
+AcceptanceModel::AcceptanceModel(AcceptanceModelOptions options) : options_(std::move(options)) {
+  const size_t nb = options_.depth_bucket_starts.size() * options_.num_q_bins;
+  q_accepted_.assign(nb, 0.0);
+  q_trials_.assign(nb, 0.0);
+  q_sum_.assign(nb, 0.0);
+  q_curve_x_.assign(nb, 0.0);
+  q_curve_y_.assign(nb, 0.0);
+  r_accepted_.assign(kRankRows * options_.max_rank, 0.0);
+  r_trials_.assign(kRankRows * options_.max_rank, 0.0);
+  for (int b = 0; b < static_cast<int>(options_.depth_bucket_starts.size()); ++b) Recalibrate(b);
+}
+
+absl::StatusOr<AcceptanceModel> AcceptanceModel::Create(AcceptanceModelOptions options) {
+  TS_RETURN_IF_ERROR(options.Validate());
+  return AcceptanceModel(std::move(options));
+}
+
+int AcceptanceModel::DepthBucket(int32_t depth) const {
+  const auto& s = options_.depth_bucket_starts;
+  return static_cast<int>(std::upper_bound(s.begin(), s.end(), std::max(depth, 1)) - s.begin()) - 1;
+}
+
+int AcceptanceModel::QBin(double q) const {
+  const int b = static_cast<int>(std::floor(q * options_.num_q_bins));
+  return std::clamp(b, 0, options_.num_q_bins - 1);
+}
+
+int AcceptanceModel::RankDepth(int32_t depth) const {
+  return std::clamp(depth, 1, kRankRows) - 1;
+}
+
+int AcceptanceModel::RankCol(int32_t rank) const {
+  return std::clamp(rank, 0, options_.max_rank - 1);
+}
+
+void AcceptanceModel::Count(double* accepted, double* trials, bool ok) const {
+  *trials += 1.0;
+  if (ok) *accepted += 1.0;
+  if (*trials > options_.max_count) {
+    *trials *= 0.5;
+    *accepted *= 0.5;
+  }
+}
+
+// Posterior means per bin, then pool-adjacent-violators for a curve that is
+// non-decreasing in q: adjacent blocks that decrease are merged into their
+// weighted mean until none does (the L2-optimal monotone fit).
+void AcceptanceModel::Recalibrate(int bucket) {
+  const int nq = options_.num_q_bins;
+  const double m = options_.prior_strength;
+  struct Block {
+    double y, w;
+    int n;
+  };
+  std::vector<Block> blocks;
+  for (int b = 0; b < nq; ++b) {
+    const int i = bucket * nq + b;
+    const double n = q_trials_[i];
+    const double x = n > 0 ? q_sum_[i] / n : (b + 0.5) / nq;
+    const double prior = std::min(1.0, options_.q_prior_scale * x);
+    const double w = n + m;
+    const double y = w > 0 ? (q_accepted_[i] + m * prior) / w : prior;
+    q_curve_x_[i] = x;
+    blocks.push_back({y, std::max(w, 1e-9), 1});
+    if (!options_.isotonic) continue;
+    while (blocks.size() >= 2 && blocks[blocks.size() - 2].y > blocks.back().y) {
+      Block top = blocks.back();
+      blocks.pop_back();
+      Block& prev = blocks.back();
+      prev.y = (prev.y * prev.w + top.y * top.w) / (prev.w + top.w);
+      prev.w += top.w;
+      prev.n += top.n;
+    }
+  }
+  int b = 0;
+  for (const Block& blk : blocks) {
+    for (int k = 0; k < blk.n; ++k, ++b) q_curve_y_[bucket * nq + b] = std::clamp(blk.y, 0.0, 1.0);
+  }
+}
+
+absl::Status AcceptanceModel::Observe(const TokenTree& tree, absl::Span<const int32_t> path) {
+  const int64_t n = tree.num_nodes();
+  if (path.empty() || path[0] != 0) {
+    return absl::InvalidArgumentError("path: must start at the root (node 0)");
+  }
+  std::vector<int32_t> next(n, -1);  // next[u]: the path node after u; -2: u is the last one
+  for (size_t i = 1; i < path.size(); ++i) {
+    const int32_t v = path[i];
+    if (v <= 0 || v >= n || tree.parents[v] != path[i - 1]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("path[", i, "] = ", v, " is not a child of path[", i - 1, "]"));
+    }
+    next[path[i - 1]] = v;
+  }
+  next[path.back()] = -2;
+  std::vector<int32_t> depth(n, 0), rank_seen(n, 0);
+  std::vector<char> touched(options_.depth_bucket_starts.size(), 0);
+  for (int32_t v = 1; v < n; ++v) {
+    const int32_t u = tree.parents[v];
+    depth[v] = depth[u] + 1;
+    const int32_t rank = rank_seen[u]++;
+    if (next[u] == -1) continue;  // parent not accepted: v was never tested
+    const bool ok = next[u] == v;
+    const int row = RankDepth(depth[v]) * options_.max_rank + RankCol(rank);
+    Count(&r_accepted_[row], &r_trials_[row], ok);
+    if (tree.has_draft(u)) {
+      const double q = std::clamp<double>(tree.draft[u].ProbOf(tree.tokens[v]), 0.0, 1.0);
+      const int bucket = DepthBucket(depth[v]);
+      const int i = bucket * options_.num_q_bins + QBin(q);
+      const double before = q_trials_[i];
+      Count(&q_accepted_[i], &q_trials_[i], ok);
+      q_sum_[i] = q_trials_[i] < before ? (q_sum_[i] + q) * 0.5 : q_sum_[i] + q;
+      touched[bucket] = 1;
+    }
+  }
+  for (size_t b = 0; b < touched.size(); ++b) {
+    if (touched[b]) Recalibrate(static_cast<int>(b));
+  }
+  ++num_trees_;
+  return absl::OkStatus();
+}
+
+double AcceptanceModel::NodeAcceptance(double q, int32_t depth) const {
+  const int nq = options_.num_q_bins;
+  const double* x = &q_curve_x_[DepthBucket(depth) * nq];
+  const double* y = &q_curve_y_[DepthBucket(depth) * nq];
+  if (!(q > x[0])) return y[0];
+  if (q >= x[nq - 1]) return y[nq - 1];
+  const int hi = static_cast<int>(std::upper_bound(x, x + nq, q) - x);
+  const int lo = hi - 1;
+  const double t = x[hi] > x[lo] ? (q - x[lo]) / (x[hi] - x[lo]) : 0.0;
+  return y[lo] + t * (y[hi] - y[lo]);
+}
+
+double AcceptanceModel::RankAcceptance(int32_t depth, int32_t rank, double explore) const {
+  const int i = RankDepth(depth) * options_.max_rank + RankCol(rank);
+  const double n = r_trials_[i];
+  const double m = options_.prior_strength;
+  const double prior =
+      options_.rank_prior_first * std::pow(options_.rank_prior_decay, std::max(rank, 0));
+  double a = n + m > 0 ? (r_accepted_[i] + m * prior) / (n + m) : prior;
+  if (explore > 0.0) {
+    a += explore * std::sqrt(std::log1p(static_cast<double>(rounds_)) / (1.0 + n));
+  }
+  return std::clamp(a, 0.0, 1.0);
+}
+
+void AcceptanceModel::PathAcceptance(const TokenTree& tree, std::vector<double>* a,
+                                     std::vector<double>* pi) const {
+  const int64_t n = tree.num_nodes();
+  a->assign(n, 0.0);
+  pi->assign(n, 0.0);
+  (*a)[0] = 1.0;
+  (*pi)[0] = 1.0;
+  std::vector<int32_t> depth(n, 0), rank_seen(n, 0);
+  std::vector<double> sibling_sum(n, 0.0);
+  for (int32_t v = 1; v < n; ++v) {
+    const int32_t u = tree.parents[v];
+    depth[v] = depth[u] + 1;
+    const int32_t rank = rank_seen[u]++;
+    (*a)[v] = tree.has_draft(u)
+                  ? NodeAcceptance(tree.draft[u].ProbOf(tree.tokens[v]), depth[v])
+                  : RankAcceptance(depth[v], rank);
+    sibling_sum[u] += (*a)[v];
+  }
+  for (int32_t v = 1; v < n; ++v) {
+    const int32_t u = tree.parents[v];
+    if (sibling_sum[u] > 1.0) (*a)[v] /= sibling_sum[u];
+    (*pi)[v] = (*pi)[u] * (*a)[v];
+  }
+}
+
+std::vector<double> AcceptanceModel::LevelReach(const TreeShape& shape, double explore) const {
+  std::vector<double> reach;
+  double p = 1.0;
+  for (int32_t d = 1; d <= shape.Depth(); ++d) {
+    double level = 0.0;
+    for (int32_t r = 0; r < shape.fanouts()[d - 1]; ++r) level += RankAcceptance(d, r, explore);
+    p *= std::min(level, 1.0);
+    reach.push_back(p);
+  }
+  return reach;
+}
+
+double AcceptanceModel::ExpectedTokens(const TreeShape& shape, double explore) const {
+  return ExpectedTokens(absl::MakeConstSpan(shape.fanouts()), explore);
+}
+
+double AcceptanceModel::ExpectedTokens(absl::Span<const int32_t> fanouts, double explore) const {
+  double e = 1.0, p = 1.0;
+  for (int32_t d = 1; d <= static_cast<int32_t>(fanouts.size()); ++d) {
+    double level = 0.0;
+    for (int32_t r = 0; r < fanouts[d - 1]; ++r) level += RankAcceptance(d, r, explore);
+    p *= std::min(level, 1.0);
+    e += p;
+  }
+  return e;
+}
+
+double AcceptanceModel::rank_trials(int32_t depth, int32_t rank) const {
+  return r_trials_[RankDepth(depth) * options_.max_rank + RankCol(rank)];
+}
+
+double AcceptanceModel::rank_accepted(int32_t depth, int32_t rank) const {
+  return r_accepted_[RankDepth(depth) * options_.max_rank + RankCol(rank)];
+}
+
+}  // namespace treespec
