@@ -59,7 +59,10 @@ AcceptanceModel::AcceptanceModel(AcceptanceModelOptions options) : options_(std:
   q_curve_y_.assign(nb, 0.0);
   r_accepted_.assign(kRankRows * options_.max_rank, 0.0);
   r_trials_.assign(kRankRows * options_.max_rank, 0.0);
-  for (int b = 0; b < static_cast<int>(options_.depth_bucket_starts.size()); ++b) Recalibrate(b);
+  q_scale_.assign(options_.depth_bucket_starts.size(), options_.q_prior_scale);
+  r_mean_.assign(kRankRows * options_.max_rank, 0.0);
+  Recalibrate(0);
+  RecalibrateRanks();
 }
 
 absl::StatusOr<AcceptanceModel> AcceptanceModel::Create(AcceptanceModelOptions options) {
@@ -94,39 +97,70 @@ void AcceptanceModel::Count(double* accepted, double* trials, bool ok) const {
   }
 }
 
-// Posterior means per bin, then pool-adjacent-violators for a curve that is
-// non-decreasing in q: adjacent blocks that decrease are merged into their
-// weighted mean until none does (the L2-optimal monotone fit).
-void AcceptanceModel::Recalibrate(int bucket) {
+// Bucket b's prior is prior(q) = min(1, s_b·q) with s_b fitted to all of the
+// bucket's trials, (accepted + m·s_{b-1}) / (Σ q + m), s_{-1} = q_prior_scale:
+// bins the drafter rarely reaches follow the bucket's overall calibration,
+// and depths never reached follow the depth above. Then posterior means per
+// bin and pool-adjacent-violators for a curve that is non-decreasing in q:
+// adjacent blocks that decrease are merged into their weighted mean until
+// none does (the L2-optimal monotone fit).
+void AcceptanceModel::Recalibrate(int first_bucket) {
   const int nq = options_.num_q_bins;
   const double m = options_.prior_strength;
-  struct Block {
-    double y, w;
-    int n;
-  };
-  std::vector<Block> blocks;
-  for (int b = 0; b < nq; ++b) {
-    const int i = bucket * nq + b;
-    const double n = q_trials_[i];
-    const double x = n > 0 ? q_sum_[i] / n : (b + 0.5) / nq;
-    const double prior = std::min(1.0, options_.q_prior_scale * x);
-    const double w = n + m;
-    const double y = w > 0 ? (q_accepted_[i] + m * prior) / w : prior;
-    q_curve_x_[i] = x;
-    blocks.push_back({y, std::max(w, 1e-9), 1});
-    if (!options_.isotonic) continue;
-    while (blocks.size() >= 2 && blocks[blocks.size() - 2].y > blocks.back().y) {
-      Block top = blocks.back();
-      blocks.pop_back();
-      Block& prev = blocks.back();
-      prev.y = (prev.y * prev.w + top.y * top.w) / (prev.w + top.w);
-      prev.w += top.w;
-      prev.n += top.n;
+  const int num_buckets = static_cast<int>(options_.depth_bucket_starts.size());
+  for (int bucket = first_bucket; bucket < num_buckets; ++bucket) {
+    double acc_sum = 0.0, q_sum = 0.0;
+    for (int b = 0; b < nq; ++b) {
+      acc_sum += q_accepted_[bucket * nq + b];
+      q_sum += q_sum_[bucket * nq + b];
+    }
+    const double above = bucket == 0 ? options_.q_prior_scale : q_scale_[bucket - 1];
+    q_scale_[bucket] = m + q_sum > 0 ? (acc_sum + m * above) / (q_sum + m) : above;
+    struct Block {
+      double y, w;
+      int n;
+    };
+    std::vector<Block> blocks;
+    for (int b = 0; b < nq; ++b) {
+      const int i = bucket * nq + b;
+      const double n = q_trials_[i];
+      const double x = n > 0 ? q_sum_[i] / n : (b + 0.5) / nq;
+      const double prior = std::min(1.0, q_scale_[bucket] * x);
+      const double w = n + m;
+      const double y = w > 0 ? (q_accepted_[i] + m * prior) / w : prior;
+      q_curve_x_[i] = x;
+      blocks.push_back({y, std::max(w, 1e-9), 1});
+      if (!options_.isotonic) continue;
+      while (blocks.size() >= 2 && blocks[blocks.size() - 2].y > blocks.back().y) {
+        Block top = blocks.back();
+        blocks.pop_back();
+        Block& prev = blocks.back();
+        prev.y = (prev.y * prev.w + top.y * top.w) / (prev.w + top.w);
+        prev.w += top.w;
+        prev.n += top.n;
+      }
+    }
+    int b = 0;
+    for (const Block& blk : blocks) {
+      for (int k = 0; k < blk.n; ++k, ++b) q_curve_y_[bucket * nq + b] = std::clamp(blk.y, 0.0, 1.0);
     }
   }
-  int b = 0;
-  for (const Block& blk : blocks) {
-    for (int k = 0; k < blk.n; ++k, ++b) q_curve_y_[bucket * nq + b] = std::clamp(blk.y, 0.0, 1.0);
+}
+
+// Row d's prior is row d-1's estimate (row 0's is first·decay^r): a depth
+// with few trials looks like the depth above it.
+void AcceptanceModel::RecalibrateRanks() {
+  const int nr = options_.max_rank;
+  const double m = options_.prior_strength;
+  for (int row = 0; row < kRankRows; ++row) {
+    for (int r = 0; r < nr; ++r) {
+      const int i = row * nr + r;
+      const double prior = row == 0 ? options_.rank_prior_first *
+                                          std::pow(options_.rank_prior_decay, r)
+                                    : r_mean_[i - nr];
+      const double n = r_trials_[i];
+      r_mean_[i] = n + m > 0 ? (r_accepted_[i] + m * prior) / (n + m) : prior;
+    }
   }
 }
 
@@ -166,8 +200,12 @@ absl::Status AcceptanceModel::Observe(const TokenTree& tree, absl::Span<const in
     }
   }
   for (size_t b = 0; b < touched.size(); ++b) {
-    if (touched[b]) Recalibrate(static_cast<int>(b));
+    if (touched[b]) {
+      Recalibrate(static_cast<int>(b));
+      break;
+    }
   }
+  RecalibrateRanks();
   ++num_trees_;
   return absl::OkStatus();
 }
@@ -187,10 +225,7 @@ double AcceptanceModel::NodeAcceptance(double q, int32_t depth) const {
 double AcceptanceModel::RankAcceptance(int32_t depth, int32_t rank, double explore) const {
   const int i = RankDepth(depth) * options_.max_rank + RankCol(rank);
   const double n = r_trials_[i];
-  const double m = options_.prior_strength;
-  const double prior =
-      options_.rank_prior_first * std::pow(options_.rank_prior_decay, std::max(rank, 0));
-  double a = n + m > 0 ? (r_accepted_[i] + m * prior) / (n + m) : prior;
+  double a = r_mean_[i];
   if (explore > 0.0) {
     a += explore * std::sqrt(std::log1p(static_cast<double>(rounds_)) / (1.0 + n));
   }

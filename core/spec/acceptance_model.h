@@ -16,9 +16,14 @@
 //  * Node level, after drafting: a function of the drafter's own probability
 //    q_v of the token (draft[parent].ProbOf(token)) and the depth bucket of v.
 //    q ∈ [0, 1] is cut into uniform bins; bin b of depth bucket d holds
-//    (accepted, trials) and estimates (s + m·prior(q_b)) / (n + m) with the
-//    prior prior(q) = min(1, q_prior_scale·q) (a calibrated drafter needs no
-//    correction) worth m = prior_strength trials. Pool-adjacent-violators then
+//    (accepted, trials) and estimates (s + m·prior(q_b)) / (n + m), the prior
+//    worth m = prior_strength trials. The prior is hierarchical:
+//    prior(q) = min(1, s_d·q), with the scale s_d fitted to all trials of
+//    bucket d and itself shrunk toward s_{d-1} (s_0's prior is q_prior_scale:
+//    a calibrated drafter needs no correction). So a q the drafter rarely
+//    produces follows the bucket's overall calibration, and a depth a bad
+//    drafter never reaches (its parents are never accepted) follows the
+//    depth above instead of trusting q. Pool-adjacent-violators then
 //    makes the estimate non-decreasing in q (isotonic regression, weighted by
 //    n + m), and values between bin centres are interpolated linearly.
 //  * Shape level, before drafting: a function of depth and sibling rank r
@@ -26,7 +31,8 @@
 //    most likely tokens first, so the rank stands in for the unknown q. This
 //    gives E[tokens | shape] for shapes (N_1..N_γ): every node of level d-1
 //    has the same N_d children, so P(reach level d) = Π_{j<=d} A_j with
-//    A_j = Σ_{r<N_j} a(j, r), and E = 1 + Σ_d P(reach level d).
+//    A_j = Σ_{r<N_j} a(j, r), and E = 1 + Σ_d P(reach level d). The prior
+//    of a(d, r) is a(d-1, r) (rank_prior_first·decay^r at depth 1).
 // Nodes without q (greedy drafters) use the rank estimate after drafting too.
 //
 // Observation: for every node u on the accepted path, each child c of u was a
@@ -118,14 +124,16 @@ class AcceptanceModel {
   int RankDepth(int32_t depth) const;  // 1..kMaxShapeDepth → row 0..kMaxShapeDepth-1
   int RankCol(int32_t rank) const;
   void Count(double* accepted, double* trials, bool ok) const;
-  void Recalibrate(int bucket);
+  void Recalibrate(int first_bucket);  // node-level curves of this bucket and deeper
+  void RecalibrateRanks();
 
   AcceptanceModelOptions options_;
   // Node level: [bucket][bin].
   std::vector<double> q_accepted_, q_trials_, q_sum_;  // q_sum_: Σ q of trials, for bin means
   std::vector<double> q_curve_x_, q_curve_y_;          // calibrated curve per bucket
+  std::vector<double> q_scale_;                        // [bucket] s_b of the prior s_b·q
   // Shape level: [depth row][rank col].
-  std::vector<double> r_accepted_, r_trials_;
+  std::vector<double> r_accepted_, r_trials_, r_mean_;
   int64_t rounds_ = 0;
   int64_t num_trees_ = 0;
 };

@@ -1,0 +1,416 @@
+#include "core/spec/tree_planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/util/status_macros.h"
+
+namespace treespec {
+namespace {
+
+// T_verify and T_draft from the models' coefficients, term by term in the
+// order LinearTimeModel::Predict sums them (so the values are identical),
+// without the feature vectors Predict builds: the planner calls these
+// thousands of times per step.
+struct StepCost {
+  VerifyCostModel::Coefficients v;
+  DraftCostModel::Coefficients d;
+  double v_min = 0.0, d_min = 0.0, overhead = 0.0;
+
+  StepCost(const VerifyCostModel& verify, const DraftCostModel* draft, double overhead_s)
+      : v(verify.coefficients()),
+        v_min(verify.model().options().min_seconds),
+        overhead(overhead_s) {
+    if (draft != nullptr) {
+      d = draft->coefficients();
+      d_min = draft->model().options().min_seconds;
+    }
+  }
+
+  double Verify(int64_t batch, int64_t tokens, int64_t context) const {
+    const double past = v.knee_tokens > 0 ? std::max<int64_t>(0, tokens - v.knee_tokens) : 0;
+    double t = 0.0;
+    t += v.per_step * 1.0;
+    t += v.per_sequence * static_cast<double>(batch);
+    t += v.per_token * static_cast<double>(tokens);
+    t += v.per_context_token * static_cast<double>(context);
+    t += v.per_token_past_knee * past;
+    return std::max(t, v_min);
+  }
+
+  double Draft(int64_t levels, int64_t seq_levels, int64_t nodes) const {
+    if (levels <= 0) return 0.0;
+    double t = 0.0;
+    t += d.per_call * 1.0;
+    t += d.per_level * static_cast<double>(levels);
+    t += d.per_sequence_level * static_cast<double>(seq_levels);
+    t += d.per_node * static_cast<double>(nodes);
+    return std::max(t, d_min);
+  }
+};
+
+absl::Status ValidateBatch(absl::Span<const PlanSequence> batch) {
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i].remaining_tokens < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "batch[", i, "].remaining_tokens must be >= 1, got ", batch[i].remaining_tokens));
+    }
+    if (batch[i].context_tokens < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "batch[", i, "].context_tokens must be >= 0, got ", batch[i].context_tokens));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Expected tokens, node counts and fanouts of every prefix of one shape.
+struct ShapePrefixes {
+  std::vector<int32_t> fanouts;
+  std::vector<double> e_decide;  // [depth + 1], with the exploration bonus
+  std::vector<double> e_mean;    // [depth + 1]
+  std::vector<int64_t> nodes;    // [depth + 1], root excluded
+
+  ShapePrefixes(const TreeShape& shape, const AcceptanceModel& acc, double explore)
+      : fanouts(shape.fanouts()), e_decide{1.0}, e_mean{1.0}, nodes{0} {
+    double reach_d = 1.0, reach_m = 1.0;
+    int64_t level = 1;
+    for (int32_t d = 1; d <= shape.Depth(); ++d) {
+      double a_d = 0.0, a_m = 0.0;
+      for (int32_t r = 0; r < fanouts[d - 1]; ++r) {
+        a_m += acc.RankAcceptance(d, r);
+        a_d += explore > 0.0 ? acc.RankAcceptance(d, r, explore) : 0.0;
+      }
+      if (explore <= 0.0) a_d = a_m;
+      reach_d *= std::min(a_d, 1.0);
+      reach_m *= std::min(a_m, 1.0);
+      level *= fanouts[d - 1];
+      e_decide.push_back(e_decide.back() + reach_d);
+      e_mean.push_back(e_mean.back() + reach_m);
+      nodes.push_back(nodes.back() + level);
+    }
+  }
+};
+
+struct Option {
+  const ShapePrefixes* shape = nullptr;  // nullptr: no tree
+  int32_t depth = 0;
+  int64_t nodes = 0;
+  double e_decide = 1.0;
+  double e_mean = 1.0;
+};
+
+}  // namespace
+
+absl::Status PlannerOptions::Validate() const {
+  if (!std::isfinite(explore) || explore < 0.0) {
+    return absl::InvalidArgumentError(absl::StrCat("explore must be finite and >= 0, got ", explore));
+  }
+  if (!std::isfinite(overhead_seconds) || overhead_seconds < 0.0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("overhead_seconds must be finite and >= 0, got ", overhead_seconds));
+  }
+  if (max_step_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_step_tokens must be >= 0, got ", max_step_tokens));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ShapePlan> PlanShapes(absl::Span<const PlanSequence> batch,
+                                     absl::Span<const TreeShape> candidates,
+                                     const AcceptanceModel& acceptance,
+                                     const VerifyCostModel& verify, const DraftCostModel& draft,
+                                     const PlannerOptions& options) {
+  TS_RETURN_IF_ERROR(options.Validate());
+  TS_RETURN_IF_ERROR(ValidateBatch(batch));
+  const StepCost cost(verify, &draft, options.overhead_seconds);
+  const int64_t nb = static_cast<int64_t>(batch.size());
+  int64_t context = 0;
+  for (const PlanSequence& s : batch) context += s.context_tokens;
+
+  std::vector<ShapePrefixes> shapes;
+  shapes.reserve(candidates.size() + batch.size());
+  for (const TreeShape& s : candidates) shapes.emplace_back(s, acceptance, options.explore);
+  // Options of sequence i: opts[begin[i] .. begin[i + 1]); the first is the
+  // baseline (no tree, or the fixed shape).
+  std::vector<Option> opts;
+  std::vector<size_t> begin;
+  std::vector<int32_t> depths = {0};
+  int32_t min_depth = 0;  // the deepest fixed tree
+  for (const PlanSequence& s : batch) {
+    begin.push_back(opts.size());
+    const int32_t cap = static_cast<int32_t>(std::min<int64_t>(s.remaining_tokens - 1, kMaxShapeDepth));
+    auto add = [&](const ShapePrefixes* p) {
+      const int32_t d = p == nullptr ? 0 : std::min<int32_t>(cap, p->fanouts.size());
+      if (p != nullptr && d == 0) return;
+      Option o;
+      if (d > 0) o = {p, d, p->nodes[d], p->e_decide[d], p->e_mean[d]};
+      opts.push_back(o);
+      depths.push_back(d);
+    };
+    if (s.can_draft && s.fixed_shape.has_value()) {
+      shapes.emplace_back(*s.fixed_shape, acceptance, options.explore);
+      const size_t before = opts.size();
+      add(&shapes.back());
+      if (opts.size() == before) add(nullptr);
+      min_depth = std::max(min_depth, opts.back().depth);
+      continue;
+    }
+    add(nullptr);
+    if (!s.can_draft) continue;
+    for (size_t k = 0; k < candidates.size(); ++k) add(&shapes[k]);
+  }
+  begin.push_back(opts.size());
+  std::sort(depths.begin(), depths.end());
+  depths.erase(std::unique(depths.begin(), depths.end()), depths.end());
+
+  // The true E/T of a choice (one option index per sequence).
+  auto score = [&](const std::vector<size_t>& choice, double* e_dec, double* e_mean,
+                   double* t_draft, double* t_verify) {
+    int64_t nodes = 0, seq_levels = 0, levels = 0;
+    *e_dec = *e_mean = 0.0;
+    for (size_t c : choice) {
+      nodes += opts[c].nodes;
+      seq_levels += opts[c].depth;
+      levels = std::max<int64_t>(levels, opts[c].depth);
+      *e_dec += opts[c].e_decide;
+      *e_mean += opts[c].e_mean;
+    }
+    *t_draft = cost.Draft(levels, seq_levels, nodes);
+    *t_verify = cost.Verify(nb, nb + nodes, context);
+    return *e_dec / (*t_draft + *t_verify + cost.overhead);
+  };
+
+  std::vector<size_t> best(begin.begin(), begin.end() - 1);
+  double e_dec = 0, e_mean = 0, t_draft = 0, t_verify = 0;
+  double rho = score(best, &e_dec, &e_mean, &t_draft, &t_verify);
+  const double plain_seconds = cost.Verify(nb, nb, context) + cost.overhead;
+
+  const int num_sides = cost.v.knee_tokens > 0 && cost.v.per_token_past_knee > 0.0 ? 2 : 1;
+  std::vector<size_t> trial(best.size());
+  for (int iter = 0; iter < 64; ++iter) {
+    double round_best = rho;
+    std::vector<size_t> round_choice;
+    for (int32_t max_depth : depths) {
+      if (max_depth < min_depth) continue;
+      for (int side = 0; side < num_sides; ++side) {
+        const double per_node =
+            cost.v.per_token + (side == 1 ? cost.v.per_token_past_knee : 0.0) + cost.d.per_node;
+        const double per_level = cost.d.per_sequence_level;
+        for (int64_t i = 0; i < nb; ++i) {
+          size_t pick = begin[i];
+          double pick_value = -1e300;
+          for (size_t c = begin[i]; c < begin[i + 1]; ++c) {
+            const Option& o = opts[c];
+            if (o.depth > max_depth) continue;
+            const double v = o.e_decide - rho * (per_node * o.nodes + per_level * o.depth);
+            if (v > pick_value) {
+              pick_value = v;
+              pick = c;
+            }
+          }
+          trial[i] = pick;
+        }
+        double ed, em, td, tv;
+        const double r = score(trial, &ed, &em, &td, &tv);
+        if (r > round_best) {
+          round_best = r;
+          round_choice = trial;
+        }
+      }
+    }
+    if (round_choice.empty() || !(round_best > rho * (1.0 + 1e-12))) break;
+    rho = round_best;
+    best = std::move(round_choice);
+  }
+
+  // Greedy polish with the true T: the best single-sequence change while one
+  // improves. It matters at the knee, where the optimum often fills the pass
+  // up to the knee exactly and neither linear piece finds it.
+  {
+    int64_t nodes = 0, seq_levels = 0;
+    double e = 0.0;
+    std::vector<int32_t> at_depth(kMaxShapeDepth + 1, 0);
+    for (size_t c : best) {
+      nodes += opts[c].nodes;
+      seq_levels += opts[c].depth;
+      e += opts[c].e_decide;
+      ++at_depth[opts[c].depth];
+    }
+    auto deepest = [&]() {
+      int32_t d = kMaxShapeDepth;
+      while (d > 0 && at_depth[d] == 0) --d;
+      return d;
+    };
+    for (int64_t pass = 0; pass < 4 * nb + 8; ++pass) {
+      int64_t move_i = -1;
+      size_t move_c = 0;
+      double move_rho = rho * (1.0 + 1e-12);
+      for (int64_t i = 0; i < nb; ++i) {
+        const Option& cur = opts[best[i]];
+        --at_depth[cur.depth];
+        for (size_t c = begin[i]; c < begin[i + 1]; ++c) {
+          if (c == best[i]) continue;
+          const Option& o = opts[c];
+          ++at_depth[o.depth];
+          const int64_t n = nodes - cur.nodes + o.nodes;
+          const double t = cost.Draft(deepest(), seq_levels - cur.depth + o.depth, n) +
+                           cost.Verify(nb, nb + n, context) + cost.overhead;
+          --at_depth[o.depth];
+          const double r = (e - cur.e_decide + o.e_decide) / t;
+          if (r > move_rho) {
+            move_rho = r;
+            move_i = i;
+            move_c = c;
+          }
+        }
+        ++at_depth[cur.depth];
+      }
+      if (move_i < 0) break;
+      const Option& cur = opts[best[move_i]];
+      const Option& o = opts[move_c];
+      nodes += o.nodes - cur.nodes;
+      seq_levels += o.depth - cur.depth;
+      e += o.e_decide - cur.e_decide;
+      --at_depth[cur.depth];
+      ++at_depth[o.depth];
+      best[move_i] = move_c;
+      rho = move_rho;
+    }
+  }
+
+  ShapePlan plan;
+  score(best, &e_dec, &e_mean, &t_draft, &t_verify);
+  plan.total_expected_tokens = e_mean;
+  plan.draft_seconds = t_draft;
+  plan.verify_seconds = t_verify;
+  plan.step_seconds = t_draft + t_verify + cost.overhead;
+  plan.plain_seconds = plain_seconds;
+  for (size_t c : best) {
+    const Option& o = opts[c];
+    plan.expected_tokens.push_back(o.e_mean);
+    if (o.shape == nullptr) {
+      plan.shapes.push_back(std::nullopt);
+      continue;
+    }
+    plan.call_drafter = true;
+    std::vector<int32_t> f(o.shape->fanouts.begin(), o.shape->fanouts.begin() + o.depth);
+    absl::StatusOr<TreeShape> s = TreeShape::FromFanouts(std::move(f));
+    TS_CHECK(s.ok());  // a prefix of a valid shape
+    plan.shapes.push_back(*std::move(s));
+  }
+  return plan;
+}
+
+absl::StatusOr<PrunePlan> PruneTrees(absl::Span<const PlanSequence> batch,
+                                     absl::Span<const TokenTree> trees,
+                                     const AcceptanceModel& acceptance,
+                                     const VerifyCostModel& verify, double draft_seconds,
+                                     const PlannerOptions& options) {
+  TS_RETURN_IF_ERROR(options.Validate());
+  TS_RETURN_IF_ERROR(ValidateBatch(batch));
+  if (trees.size() != batch.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("trees: ", trees.size(), " trees for a batch of ", batch.size()));
+  }
+  if (!std::isfinite(draft_seconds) || draft_seconds < 0.0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("draft_seconds must be finite and >= 0, got ", draft_seconds));
+  }
+  for (size_t i = 0; i < trees.size(); ++i) {
+    const TokenTree& t = trees[i];
+    if (t.tokens.empty() || t.parents.size() != t.tokens.size() || t.parents[0] != -1 ||
+        (!t.draft.empty() && t.draft.size() != t.tokens.size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("trees[", i, "]: needs a root and equal tokens/parents/draft sizes"));
+    }
+    for (int32_t v = 1; v < t.num_nodes(); ++v) {
+      if (t.parents[v] < 0 || t.parents[v] >= v) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("trees[", i, "].parents[", v, "] = ", t.parents[v], " is not in [0, ", v, ")"));
+      }
+    }
+  }
+  const StepCost cost(verify, nullptr, options.overhead_seconds);
+  const int64_t nb = static_cast<int64_t>(batch.size());
+  int64_t context = 0;
+  for (const PlanSequence& s : batch) context += s.context_tokens;
+
+  struct Cand {
+    double key, pi;
+    int32_t seq, node;
+  };
+  std::vector<Cand> cands;
+  std::vector<double> a, pi, key;
+  std::vector<int32_t> depth, last_child;
+  for (int64_t i = 0; i < nb; ++i) {
+    const TokenTree& t = trees[i];
+    if (!batch[i].can_draft || t.num_nodes() <= 1) continue;
+    acceptance.PathAcceptance(t, &a, &pi);
+    const int64_t n = t.num_nodes();
+    key.assign(n, 0.0);
+    depth.assign(n, 0);
+    last_child.assign(n, -1);
+    key[0] = 1.0;
+    for (int32_t v = 1; v < n; ++v) {
+      const int32_t u = t.parents[v];
+      depth[v] = depth[u] + 1;
+      double k = std::min(pi[v], key[u]);
+      if (options.sibling_prefix && last_child[u] >= 0) k = std::min(k, key[last_child[u]]);
+      last_child[u] = v;
+      if (depth[v] > batch[i].remaining_tokens - 1) k = 0.0;
+      key[v] = k;
+      if (k > 0.0) cands.push_back({k, pi[v], static_cast<int32_t>(i), v});
+    }
+  }
+  std::sort(cands.begin(), cands.end(), [](const Cand& x, const Cand& y) {
+    if (x.key != y.key) return x.key > y.key;
+    if (x.seq != y.seq) return x.seq < y.seq;
+    return x.node < y.node;
+  });
+  int64_t max_n = static_cast<int64_t>(cands.size());
+  if (options.max_step_tokens > 0) max_n = std::clamp<int64_t>(options.max_step_tokens - nb, 0, max_n);
+
+  double gain = static_cast<double>(nb);
+  double best_rate = gain / (draft_seconds + cost.Verify(nb, nb, context) + cost.overhead);
+  int64_t best_n = 0;
+  for (int64_t n = 1; n <= max_n; ++n) {
+    gain += cands[n - 1].pi;
+    const double rate = gain / (draft_seconds + cost.Verify(nb, nb + n, context) + cost.overhead);
+    if (rate > best_rate) {
+      best_rate = rate;
+      best_n = n;
+    }
+  }
+
+  PrunePlan plan;
+  plan.kept.assign(nb, std::vector<int32_t>{0});
+  plan.expected_tokens.assign(nb, 1.0);
+  for (int64_t c = 0; c < best_n; ++c) {
+    plan.kept[cands[c].seq].push_back(cands[c].node);
+    plan.expected_tokens[cands[c].seq] += cands[c].pi;
+  }
+  for (auto& k : plan.kept) std::sort(k.begin(), k.end());
+  for (double e : plan.expected_tokens) plan.total_expected_tokens += e;
+  plan.verify_tokens = nb + best_n;
+  plan.draft_seconds = draft_seconds;
+  plan.verify_seconds = cost.Verify(nb, nb + best_n, context);
+  plan.step_seconds = draft_seconds + plan.verify_seconds + cost.overhead;
+  return plan;
+}
+
+TokenTree KeepNodes(const TokenTree& tree, absl::Span<const int32_t> kept) {
+  TokenTree out;
+  std::vector<int32_t> index(tree.num_nodes(), -1);
+  for (int32_t v : kept) {
+    index[v] = static_cast<int32_t>(out.tokens.size());
+    out.tokens.push_back(tree.tokens[v]);
+    out.parents.push_back(v == 0 ? -1 : index[tree.parents[v]]);
+    if (!tree.draft.empty()) out.draft.push_back(tree.draft[v]);
+  }
+  return out;
+}
+
+}  // namespace treespec
