@@ -188,31 +188,36 @@ absl::StatusOr<ShapePlan> PlanShapes(absl::Span<const PlanSequence> batch,
   double rho = score(best, &e_dec, &e_mean, &t_draft, &t_verify);
   const double plain_seconds = cost.Verify(nb, nb, context) + cost.overhead;
 
-  const int num_sides = cost.v.knee_tokens > 0 && cost.v.per_token_past_knee > 0.0 ? 2 : 1;
+  const bool has_knee = cost.v.knee_tokens > 0 && cost.v.per_token_past_knee > 0.0;
+  // Sequence i's best option of depth <= max_depth for ρ and a per-node price.
+  auto subproblem = [&](int32_t max_depth, double knee_price, double r,
+                        std::vector<size_t>* choice) {
+    const double per_node = cost.v.per_token + knee_price + cost.d.per_node;
+    const double per_level = cost.d.per_sequence_level;
+    for (int64_t i = 0; i < nb; ++i) {
+      size_t pick = begin[i];
+      double pick_value = -1e300;
+      for (size_t c = begin[i]; c < begin[i + 1]; ++c) {
+        const Option& o = opts[c];
+        if (o.depth > max_depth) continue;
+        const double v = o.e_decide - r * (per_node * o.nodes + per_level * o.depth);
+        if (v > pick_value) {
+          pick_value = v;
+          pick = c;
+        }
+      }
+      (*choice)[i] = pick;
+    }
+  };
+
   std::vector<size_t> trial(best.size());
   for (int iter = 0; iter < 64; ++iter) {
     double round_best = rho;
     std::vector<size_t> round_choice;
     for (int32_t max_depth : depths) {
       if (max_depth < min_depth) continue;
-      for (int side = 0; side < num_sides; ++side) {
-        const double per_node =
-            cost.v.per_token + (side == 1 ? cost.v.per_token_past_knee : 0.0) + cost.d.per_node;
-        const double per_level = cost.d.per_sequence_level;
-        for (int64_t i = 0; i < nb; ++i) {
-          size_t pick = begin[i];
-          double pick_value = -1e300;
-          for (size_t c = begin[i]; c < begin[i + 1]; ++c) {
-            const Option& o = opts[c];
-            if (o.depth > max_depth) continue;
-            const double v = o.e_decide - rho * (per_node * o.nodes + per_level * o.depth);
-            if (v > pick_value) {
-              pick_value = v;
-              pick = c;
-            }
-          }
-          trial[i] = pick;
-        }
+      for (int side = 0; side < (has_knee ? 2 : 1); ++side) {
+        subproblem(max_depth, side == 1 ? cost.v.per_token_past_knee : 0.0, rho, &trial);
         double ed, em, td, tv;
         const double r = score(trial, &ed, &em, &td, &tv);
         if (r > round_best) {
@@ -227,13 +232,12 @@ absl::StatusOr<ShapePlan> PlanShapes(absl::Span<const PlanSequence> batch,
   }
 
   // Greedy polish with the true T: the best single-sequence change while one
-  // improves. It matters at the knee, where the optimum often fills the pass
-  // up to the knee exactly and neither linear piece finds it.
-  {
+  // improves ρ. Returns the final ρ of `choice`.
+  auto polish = [&](std::vector<size_t>* choice) {
     int64_t nodes = 0, seq_levels = 0;
     double e = 0.0;
     std::vector<int32_t> at_depth(kMaxShapeDepth + 1, 0);
-    for (size_t c : best) {
+    for (size_t c : *choice) {
       nodes += opts[c].nodes;
       seq_levels += opts[c].depth;
       e += opts[c].e_decide;
@@ -244,15 +248,17 @@ absl::StatusOr<ShapePlan> PlanShapes(absl::Span<const PlanSequence> batch,
       while (d > 0 && at_depth[d] == 0) --d;
       return d;
     };
+    double r_now = e / (cost.Draft(deepest(), seq_levels, nodes) +
+                        cost.Verify(nb, nb + nodes, context) + cost.overhead);
     for (int64_t pass = 0; pass < 4 * nb + 8; ++pass) {
       int64_t move_i = -1;
       size_t move_c = 0;
-      double move_rho = rho * (1.0 + 1e-12);
+      double move_rho = r_now * (1.0 + 1e-12);
       for (int64_t i = 0; i < nb; ++i) {
-        const Option& cur = opts[best[i]];
+        const Option& cur = opts[(*choice)[i]];
         --at_depth[cur.depth];
         for (size_t c = begin[i]; c < begin[i + 1]; ++c) {
-          if (c == best[i]) continue;
+          if (c == (*choice)[i]) continue;
           const Option& o = opts[c];
           ++at_depth[o.depth];
           const int64_t n = nodes - cur.nodes + o.nodes;
@@ -269,15 +275,36 @@ absl::StatusOr<ShapePlan> PlanShapes(absl::Span<const PlanSequence> batch,
         ++at_depth[cur.depth];
       }
       if (move_i < 0) break;
-      const Option& cur = opts[best[move_i]];
+      const Option& cur = opts[(*choice)[move_i]];
       const Option& o = opts[move_c];
       nodes += o.nodes - cur.nodes;
       seq_levels += o.depth - cur.depth;
       e += o.e_decide - cur.e_decide;
       --at_depth[cur.depth];
       ++at_depth[o.depth];
-      best[move_i] = move_c;
-      rho = move_rho;
+      (*choice)[move_i] = move_c;
+      r_now = move_rho;
+    }
+    return r_now;
+  };
+  rho = std::max(rho, polish(&best));
+  // Past a knee the best plan often fills the pass up to the knee exactly,
+  // which neither linear piece proposes and single changes from below cannot
+  // reach when the drafter's per-call cost needs several trees to pay. So
+  // the plans that ignore the knee and overshoot it are polished too (from
+  // above, dropping trees until the knee).
+  if (has_knee) {
+    for (int32_t max_depth : depths) {
+      if (max_depth < std::max(min_depth, 1)) continue;
+      subproblem(max_depth, 0.0, rho, &trial);
+      int64_t tokens = nb;
+      for (size_t c : trial) tokens += opts[c].nodes;
+      if (tokens <= cost.v.knee_tokens) continue;
+      const double r = polish(&trial);
+      if (r > rho * (1.0 + 1e-12)) {
+        rho = r;
+        best = trial;
+      }
     }
   }
 
