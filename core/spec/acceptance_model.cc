@@ -60,6 +60,9 @@ AcceptanceModel::AcceptanceModel(AcceptanceModelOptions options) : options_(std:
   r_accepted_.assign(kRankRows * options_.max_rank, 0.0);
   r_trials_.assign(kRankRows * options_.max_rank, 0.0);
   q_scale_.assign(options_.depth_bucket_starts.size(), options_.q_prior_scale);
+  q_lut_.assign(options_.depth_bucket_starts.size() * (kLutSize + 1), 0.0);
+  depth_bucket_.assign(kMaxTreeDepth + 1, 0);
+  for (int32_t d = 0; d <= kMaxTreeDepth; ++d) depth_bucket_[d] = DepthBucket(d);
   r_mean_.assign(kRankRows * options_.max_rank, 0.0);
   Recalibrate(0);
   RecalibrateRanks();
@@ -144,6 +147,23 @@ void AcceptanceModel::Recalibrate(int first_bucket) {
     for (const Block& blk : blocks) {
       for (int k = 0; k < blk.n; ++k, ++b) q_curve_y_[bucket * nq + b] = std::clamp(blk.y, 0.0, 1.0);
     }
+    // Sample the curve on the grid in one walk over its knots.
+    const double* x = &q_curve_x_[bucket * nq];
+    const double* y = &q_curve_y_[bucket * nq];
+    double* lut = &q_lut_[bucket * (kLutSize + 1)];
+    int hi = 0;
+    for (int k = 0; k <= kLutSize; ++k) {
+      const double q = static_cast<double>(k) / kLutSize;
+      while (hi < nq && x[hi] <= q) ++hi;
+      if (hi == 0) {
+        lut[k] = y[0];
+      } else if (hi == nq) {
+        lut[k] = y[nq - 1];
+      } else {
+        const double t = x[hi] > x[hi - 1] ? (q - x[hi - 1]) / (x[hi] - x[hi - 1]) : 0.0;
+        lut[k] = y[hi - 1] + t * (y[hi] - y[hi - 1]);
+      }
+    }
   }
 }
 
@@ -164,23 +184,28 @@ void AcceptanceModel::RecalibrateRanks() {
   }
 }
 
-absl::Status AcceptanceModel::Observe(const TokenTree& tree, absl::Span<const int32_t> path) {
+absl::Status AcceptanceModel::CheckPath(const TokenTree& tree, absl::Span<const int32_t> path) {
   const int64_t n = tree.num_nodes();
   if (path.empty() || path[0] != 0) {
     return absl::InvalidArgumentError("path: must start at the root (node 0)");
   }
-  std::vector<int32_t> next(n, -1);  // next[u]: the path node after u; -2: u is the last one
   for (size_t i = 1; i < path.size(); ++i) {
     const int32_t v = path[i];
     if (v <= 0 || v >= n || tree.parents[v] != path[i - 1]) {
       return absl::InvalidArgumentError(
           absl::StrCat("path[", i, "] = ", v, " is not a child of path[", i - 1, "]"));
     }
-    next[path[i - 1]] = v;
   }
+  return absl::OkStatus();
+}
+
+int AcceptanceModel::Record(const TokenTree& tree, absl::Span<const int32_t> path) {
+  const int64_t n = tree.num_nodes();
+  std::vector<int32_t> next(n, -1);  // next[u]: the path node after u; -2: u is the last one
+  for (size_t i = 1; i < path.size(); ++i) next[path[i - 1]] = path[i];
   next[path.back()] = -2;
   std::vector<int32_t> depth(n, 0), rank_seen(n, 0);
-  std::vector<char> touched(options_.depth_bucket_starts.size(), 0);
+  int first_bucket = static_cast<int>(options_.depth_bucket_starts.size());
   for (int32_t v = 1; v < n; ++v) {
     const int32_t u = tree.parents[v];
     depth[v] = depth[u] + 1;
@@ -191,35 +216,48 @@ absl::Status AcceptanceModel::Observe(const TokenTree& tree, absl::Span<const in
     Count(&r_accepted_[row], &r_trials_[row], ok);
     if (tree.has_draft(u)) {
       const double q = std::clamp<double>(tree.draft[u].ProbOf(tree.tokens[v]), 0.0, 1.0);
-      const int bucket = DepthBucket(depth[v]);
+      const int bucket = depth_bucket_[std::min(depth[v], kMaxTreeDepth)];
       const int i = bucket * options_.num_q_bins + QBin(q);
       const double before = q_trials_[i];
       Count(&q_accepted_[i], &q_trials_[i], ok);
       q_sum_[i] = q_trials_[i] < before ? (q_sum_[i] + q) * 0.5 : q_sum_[i] + q;
-      touched[bucket] = 1;
+      first_bucket = std::min(first_bucket, bucket);
     }
   }
-  for (size_t b = 0; b < touched.size(); ++b) {
-    if (touched[b]) {
-      Recalibrate(static_cast<int>(b));
-      break;
-    }
-  }
-  RecalibrateRanks();
   ++num_trees_;
+  return first_bucket;
+}
+
+absl::Status AcceptanceModel::Observe(const TokenTree& tree, absl::Span<const int32_t> path) {
+  TS_RETURN_IF_ERROR(CheckPath(tree, path));
+  const int first = Record(tree, path);
+  if (first < static_cast<int>(options_.depth_bucket_starts.size())) Recalibrate(first);
+  RecalibrateRanks();
+  return absl::OkStatus();
+}
+
+absl::Status AcceptanceModel::ObserveBatch(absl::Span<const TokenTree> trees,
+                                           absl::Span<const std::vector<int32_t>> paths) {
+  if (trees.size() != paths.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("paths: ", paths.size(), " paths for ", trees.size(), " trees"));
+  }
+  for (size_t i = 0; i < trees.size(); ++i) {
+    absl::Status s = CheckPath(trees[i], paths[i]);
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("paths[", i, "]: ", s.message()));
+  }
+  int first = static_cast<int>(options_.depth_bucket_starts.size());
+  for (size_t i = 0; i < trees.size(); ++i) first = std::min(first, Record(trees[i], paths[i]));
+  if (first < static_cast<int>(options_.depth_bucket_starts.size())) Recalibrate(first);
+  RecalibrateRanks();
   return absl::OkStatus();
 }
 
 double AcceptanceModel::NodeAcceptance(double q, int32_t depth) const {
-  const int nq = options_.num_q_bins;
-  const double* x = &q_curve_x_[DepthBucket(depth) * nq];
-  const double* y = &q_curve_y_[DepthBucket(depth) * nq];
-  if (!(q > x[0])) return y[0];
-  if (q >= x[nq - 1]) return y[nq - 1];
-  const int hi = static_cast<int>(std::upper_bound(x, x + nq, q) - x);
-  const int lo = hi - 1;
-  const double t = x[hi] > x[lo] ? (q - x[lo]) / (x[hi] - x[lo]) : 0.0;
-  return y[lo] + t * (y[hi] - y[lo]);
+  const double* lut = &q_lut_[depth_bucket_[std::clamp(depth, 1, kMaxTreeDepth)] * (kLutSize + 1)];
+  const double x = std::clamp(q, 0.0, 1.0) * kLutSize;
+  const int i = std::min(static_cast<int>(x), kLutSize - 1);
+  return lut[i] + (x - i) * (lut[i + 1] - lut[i]);
 }
 
 double AcceptanceModel::RankAcceptance(int32_t depth, int32_t rank, double explore) const {

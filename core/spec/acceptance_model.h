@@ -25,7 +25,8 @@
 //    drafter never reaches (its parents are never accepted) follows the
 //    depth above instead of trusting q. Pool-adjacent-violators then
 //    makes the estimate non-decreasing in q (isotonic regression, weighted by
-//    n + m), and values between bin centres are interpolated linearly.
+//    n + m), and values between bin centres are interpolated linearly (and
+//    sampled on a 257-point grid of q for constant-time look-ups).
 //  * Shape level, before drafting: a function of depth and sibling rank r
 //    (the r-th child drafted under its parent, 0-based). Drafters expand the
 //    most likely tokens first, so the rank stands in for the unknown q. This
@@ -87,6 +88,11 @@ class AcceptanceModel {
   // parent → child in `tree` (nothing is recorded then). `tree` must be
   // structurally valid (tree.Validate() passed before verification).
   absl::Status Observe(const TokenTree& tree, absl::Span<const int32_t> path);
+  // Observe() for a whole step's trees (paths[i] for trees[i]), with one
+  // recalibration at the end; all paths are checked first, and on an error
+  // (INVALID_ARGUMENT naming paths[i]) nothing is recorded.
+  absl::Status ObserveBatch(absl::Span<const TokenTree> trees,
+                            absl::Span<const std::vector<int32_t>> paths);
   // One planned step of the batch, drafted or not (the UCB clock).
   void AdvanceRound() { ++rounds_; }
 
@@ -119,6 +125,10 @@ class AcceptanceModel {
 
  private:
   explicit AcceptanceModel(AcceptanceModelOptions options);
+  static absl::Status CheckPath(const TokenTree& tree, absl::Span<const int32_t> path);
+  // Counts one checked tree; returns the shallowest bucket it touched
+  // (num buckets if none).
+  int Record(const TokenTree& tree, absl::Span<const int32_t> path);
   int DepthBucket(int32_t depth) const;
   int QBin(double q) const;
   int RankDepth(int32_t depth) const;  // 1..kMaxShapeDepth → row 0..kMaxShapeDepth-1
@@ -132,6 +142,12 @@ class AcceptanceModel {
   std::vector<double> q_accepted_, q_trials_, q_sum_;  // q_sum_: Σ q of trials, for bin means
   std::vector<double> q_curve_x_, q_curve_y_;          // calibrated curve per bucket
   std::vector<double> q_scale_;                        // [bucket] s_b of the prior s_b·q
+  // [bucket][kLutSize + 1]: the curve sampled at q = k / kLutSize, so
+  // NodeAcceptance is a lookup and one interpolation (the planner calls it
+  // for every drafted node of every step).
+  static constexpr int kLutSize = 256;
+  std::vector<double> q_lut_;
+  std::vector<int32_t> depth_bucket_;  // [kMaxTreeDepth + 1]
   // Shape level: [depth row][rank col].
   std::vector<double> r_accepted_, r_trials_, r_mean_;
   int64_t rounds_ = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -92,6 +93,8 @@ struct ShapePrefixes {
     }
   }
 };
+
+constexpr int kMaxPolishPasses = 8;
 
 struct Option {
   const ShapePrefixes* shape = nullptr;  // nullptr: no tree
@@ -231,8 +234,9 @@ absl::StatusOr<ShapePlan> PlanShapes(absl::Span<const PlanSequence> batch,
     best = std::move(round_choice);
   }
 
-  // Greedy polish with the true T: the best single-sequence change while one
-  // improves ρ. Returns the final ρ of `choice`.
+  // Greedy polish with the true T: coordinate ascent, each sequence in turn
+  // takes its best option given the others, while a pass changes something.
+  // Returns the final ρ of `choice`.
   auto polish = [&](std::vector<size_t>* choice) {
     int64_t nodes = 0, seq_levels = 0;
     double e = 0.0;
@@ -243,47 +247,45 @@ absl::StatusOr<ShapePlan> PlanShapes(absl::Span<const PlanSequence> batch,
       e += opts[c].e_decide;
       ++at_depth[opts[c].depth];
     }
-    auto deepest = [&]() {
+    auto deepest = [&](int32_t with_depth) {
       int32_t d = kMaxShapeDepth;
       while (d > 0 && at_depth[d] == 0) --d;
-      return d;
+      return std::max(d, with_depth);
     };
-    double r_now = e / (cost.Draft(deepest(), seq_levels, nodes) +
+    double r_now = e / (cost.Draft(deepest(0), seq_levels, nodes) +
                         cost.Verify(nb, nb + nodes, context) + cost.overhead);
-    for (int64_t pass = 0; pass < 4 * nb + 8; ++pass) {
-      int64_t move_i = -1;
-      size_t move_c = 0;
-      double move_rho = r_now * (1.0 + 1e-12);
+    for (int pass = 0; pass < kMaxPolishPasses; ++pass) {
+      bool changed = false;
       for (int64_t i = 0; i < nb; ++i) {
+        if (begin[i + 1] - begin[i] < 2) continue;
         const Option& cur = opts[(*choice)[i]];
         --at_depth[cur.depth];
+        const int32_t others = deepest(0);
+        size_t pick = (*choice)[i];
+        double pick_rho = r_now * (1.0 + 1e-12);
         for (size_t c = begin[i]; c < begin[i + 1]; ++c) {
           if (c == (*choice)[i]) continue;
           const Option& o = opts[c];
-          ++at_depth[o.depth];
           const int64_t n = nodes - cur.nodes + o.nodes;
-          const double t = cost.Draft(deepest(), seq_levels - cur.depth + o.depth, n) +
+          const double t = cost.Draft(std::max(others, o.depth), seq_levels - cur.depth + o.depth, n) +
                            cost.Verify(nb, nb + n, context) + cost.overhead;
-          --at_depth[o.depth];
           const double r = (e - cur.e_decide + o.e_decide) / t;
-          if (r > move_rho) {
-            move_rho = r;
-            move_i = i;
-            move_c = c;
+          if (r > pick_rho) {
+            pick_rho = r;
+            pick = c;
           }
         }
-        ++at_depth[cur.depth];
+        const Option& o = opts[pick];
+        ++at_depth[o.depth];
+        if (pick == (*choice)[i]) continue;
+        nodes += o.nodes - cur.nodes;
+        seq_levels += o.depth - cur.depth;
+        e += o.e_decide - cur.e_decide;
+        (*choice)[i] = pick;
+        r_now = pick_rho;
+        changed = true;
       }
-      if (move_i < 0) break;
-      const Option& cur = opts[(*choice)[move_i]];
-      const Option& o = opts[move_c];
-      nodes += o.nodes - cur.nodes;
-      seq_levels += o.depth - cur.depth;
-      e += o.e_decide - cur.e_decide;
-      --at_depth[cur.depth];
-      ++at_depth[o.depth];
-      (*choice)[move_i] = move_c;
-      r_now = move_rho;
+      if (!changed) break;
     }
     return r_now;
   };
@@ -365,11 +367,21 @@ absl::StatusOr<PrunePlan> PruneTrees(absl::Span<const PlanSequence> batch,
   int64_t context = 0;
   for (const PlanSequence& s : batch) context += s.context_tokens;
 
-  struct Cand {
-    double key, pi;
-    int32_t seq, node;
-  };
-  std::vector<Cand> cands;
+  // Candidates sorted by one 64-bit key: the rank key's top 40 bits (sign,
+  // exponent and 28 mantissa bits: truncation keeps the order, and ties
+  // within 2^-28 go by index), inverted for descending order, then the
+  // node's global index (sequence-major) for ties — parents and earlier
+  // siblings first, so every prefix stays a valid set of trees.
+  // A node whose rank key is below ρ_0·(per-token verify cost) is never
+  // worth verifying (ρ_0: the rate with nothing kept): when the order's
+  // gains decrease, E(n)/T(n) rises to its peak and falls after it (E concave,
+  // T convex), so the last node of the best prefix has π ≥ ρ(n−1)·ΔT ≥ ρ_0·c.
+  // Dropping such nodes before sorting keeps the result and most of the sort.
+  const double rate0 = nb / (draft_seconds + cost.Verify(nb, nb, context) + cost.overhead);
+  const double threshold = rate0 * cost.v.per_token * (1.0 - 1e-9);
+  std::vector<uint64_t> order;
+  std::vector<double> flat_pi;
+  std::vector<int32_t> flat_seq, flat_node;
   std::vector<double> a, pi, key;
   std::vector<int32_t> depth, last_child;
   for (int64_t i = 0; i < nb; ++i) {
@@ -389,22 +401,28 @@ absl::StatusOr<PrunePlan> PruneTrees(absl::Span<const PlanSequence> batch,
       last_child[u] = v;
       if (depth[v] > batch[i].remaining_tokens - 1) k = 0.0;
       key[v] = k;
-      if (k > 0.0) cands.push_back({k, pi[v], static_cast<int32_t>(i), v});
+      if (!(k > 0.0) || k < threshold) continue;
+      if (flat_pi.size() >= (size_t{1} << 24)) {
+        return absl::InvalidArgumentError("trees: more than 2^24 draft nodes in one step");
+      }
+      uint64_t bits;
+      std::memcpy(&bits, &k, sizeof(bits));
+      order.push_back((~bits >> 24) << 24 | flat_pi.size());
+      flat_pi.push_back(pi[v]);
+      flat_seq.push_back(static_cast<int32_t>(i));
+      flat_node.push_back(v);
     }
   }
-  std::sort(cands.begin(), cands.end(), [](const Cand& x, const Cand& y) {
-    if (x.key != y.key) return x.key > y.key;
-    if (x.seq != y.seq) return x.seq < y.seq;
-    return x.node < y.node;
-  });
-  int64_t max_n = static_cast<int64_t>(cands.size());
+  std::sort(order.begin(), order.end());
+  constexpr uint64_t kIndexMask = (uint64_t{1} << 24) - 1;
+  int64_t max_n = static_cast<int64_t>(order.size());
   if (options.max_step_tokens > 0) max_n = std::clamp<int64_t>(options.max_step_tokens - nb, 0, max_n);
 
   double gain = static_cast<double>(nb);
   double best_rate = gain / (draft_seconds + cost.Verify(nb, nb, context) + cost.overhead);
   int64_t best_n = 0;
   for (int64_t n = 1; n <= max_n; ++n) {
-    gain += cands[n - 1].pi;
+    gain += flat_pi[order[n - 1] & kIndexMask];
     const double rate = gain / (draft_seconds + cost.Verify(nb, nb + n, context) + cost.overhead);
     if (rate > best_rate) {
       best_rate = rate;
@@ -416,8 +434,9 @@ absl::StatusOr<PrunePlan> PruneTrees(absl::Span<const PlanSequence> batch,
   plan.kept.assign(nb, std::vector<int32_t>{0});
   plan.expected_tokens.assign(nb, 1.0);
   for (int64_t c = 0; c < best_n; ++c) {
-    plan.kept[cands[c].seq].push_back(cands[c].node);
-    plan.expected_tokens[cands[c].seq] += cands[c].pi;
+    const uint64_t j = order[c] & kIndexMask;
+    plan.kept[flat_seq[j]].push_back(flat_node[j]);
+    plan.expected_tokens[flat_seq[j]] += flat_pi[j];
   }
   for (auto& k : plan.kept) std::sort(k.begin(), k.end());
   for (double e : plan.expected_tokens) plan.total_expected_tokens += e;
