@@ -136,14 +136,24 @@ absl::StatusOr<ShapePlan> PlanShapes(absl::Span<const PlanSequence> batch,
   std::vector<ShapePrefixes> shapes;
   shapes.reserve(candidates.size() + batch.size());
   for (const TreeShape& s : candidates) shapes.emplace_back(s, acceptance, options.explore);
-  // Options of sequence i: opts[begin[i] .. begin[i + 1]); the first is the
-  // baseline (no tree, or the fixed shape).
+  // Options of sequence i: opts[begin[i] .. end[i]); the first is the
+  // baseline (no tree, or the fixed shape). Sequences with the same options
+  // (same budget cap, both drafting, no fixed shape) share one range and one
+  // group: the per-sequence subproblem is solved once per group.
   std::vector<Option> opts;
-  std::vector<size_t> begin;
+  std::vector<size_t> begin, end;
+  std::vector<int32_t> group;
+  struct GroupKey {
+    bool can_draft;
+    int32_t cap;
+    size_t begin, end;
+    int32_t id;
+  };
+  std::vector<GroupKey> groups;
+  int32_t num_groups = 0;
   std::vector<int32_t> depths = {0};
   int32_t min_depth = 0;  // the deepest fixed tree
   for (const PlanSequence& s : batch) {
-    begin.push_back(opts.size());
     const int32_t cap = static_cast<int32_t>(std::min<int64_t>(s.remaining_tokens - 1, kMaxShapeDepth));
     auto add = [&](const ShapePrefixes* p) {
       const int32_t d = p == nullptr ? 0 : std::min<int32_t>(cap, p->fanouts.size());
@@ -153,19 +163,36 @@ absl::StatusOr<ShapePlan> PlanShapes(absl::Span<const PlanSequence> batch,
       opts.push_back(o);
       depths.push_back(d);
     };
+    const size_t first = opts.size();
     if (s.can_draft && s.fixed_shape.has_value()) {
       shapes.emplace_back(*s.fixed_shape, acceptance, options.explore);
-      const size_t before = opts.size();
       add(&shapes.back());
-      if (opts.size() == before) add(nullptr);
+      if (opts.size() == first) add(nullptr);
       min_depth = std::max(min_depth, opts.back().depth);
+      begin.push_back(first);
+      end.push_back(opts.size());
+      group.push_back(num_groups++);
+      continue;
+    }
+    const GroupKey* known = nullptr;
+    for (const GroupKey& g : groups) {
+      if (g.can_draft == s.can_draft && g.cap == cap) known = &g;
+    }
+    if (known != nullptr) {
+      begin.push_back(known->begin);
+      end.push_back(known->end);
+      group.push_back(known->id);
       continue;
     }
     add(nullptr);
-    if (!s.can_draft) continue;
-    for (size_t k = 0; k < candidates.size(); ++k) add(&shapes[k]);
+    if (s.can_draft) {
+      for (size_t k = 0; k < candidates.size(); ++k) add(&shapes[k]);
+    }
+    groups.push_back({s.can_draft, cap, first, opts.size(), num_groups});
+    begin.push_back(first);
+    end.push_back(opts.size());
+    group.push_back(num_groups++);
   }
-  begin.push_back(opts.size());
   std::sort(depths.begin(), depths.end());
   depths.erase(std::unique(depths.begin(), depths.end()), depths.end());
 
@@ -186,27 +213,33 @@ absl::StatusOr<ShapePlan> PlanShapes(absl::Span<const PlanSequence> batch,
     return *e_dec / (*t_draft + *t_verify + cost.overhead);
   };
 
-  std::vector<size_t> best(begin.begin(), begin.end() - 1);
+  std::vector<size_t> best(begin.begin(), begin.end());
   double e_dec = 0, e_mean = 0, t_draft = 0, t_verify = 0;
   double rho = score(best, &e_dec, &e_mean, &t_draft, &t_verify);
   const double plain_seconds = cost.Verify(nb, nb, context) + cost.overhead;
 
   const bool has_knee = cost.v.knee_tokens > 0 && cost.v.per_token_past_knee > 0.0;
   // Sequence i's best option of depth <= max_depth for ρ and a per-node price.
+  constexpr size_t kNone = ~size_t{0};
+  std::vector<size_t> group_pick;
   auto subproblem = [&](int32_t max_depth, double knee_price, double r,
                         std::vector<size_t>* choice) {
     const double per_node = cost.v.per_token + knee_price + cost.d.per_node;
     const double per_level = cost.d.per_sequence_level;
+    group_pick.assign(num_groups, kNone);
     for (int64_t i = 0; i < nb; ++i) {
-      size_t pick = begin[i];
-      double pick_value = -1e300;
-      for (size_t c = begin[i]; c < begin[i + 1]; ++c) {
-        const Option& o = opts[c];
-        if (o.depth > max_depth) continue;
-        const double v = o.e_decide - r * (per_node * o.nodes + per_level * o.depth);
-        if (v > pick_value) {
-          pick_value = v;
-          pick = c;
+      size_t& pick = group_pick[group[i]];
+      if (pick == kNone) {
+        pick = begin[i];
+        double pick_value = -1e300;
+        for (size_t c = begin[i]; c < end[i]; ++c) {
+          const Option& o = opts[c];
+          if (o.depth > max_depth) continue;
+          const double v = o.e_decide - r * (per_node * o.nodes + per_level * o.depth);
+          if (v > pick_value) {
+            pick_value = v;
+            pick = c;
+          }
         }
       }
       (*choice)[i] = pick;
@@ -254,16 +287,21 @@ absl::StatusOr<ShapePlan> PlanShapes(absl::Span<const PlanSequence> batch,
     };
     double r_now = e / (cost.Draft(deepest(0), seq_levels, nodes) +
                         cost.Verify(nb, nb + nodes, context) + cost.overhead);
+    // (group, option) pairs known to have no improving change since the
+    // last change: an identical sequence in the same state has none either.
+    std::vector<std::pair<int32_t, size_t>> settled;
     for (int pass = 0; pass < kMaxPolishPasses; ++pass) {
       bool changed = false;
       for (int64_t i = 0; i < nb; ++i) {
-        if (begin[i + 1] - begin[i] < 2) continue;
+        if (end[i] - begin[i] < 2) continue;
+        const std::pair<int32_t, size_t> state = {group[i], (*choice)[i]};
+        if (std::find(settled.begin(), settled.end(), state) != settled.end()) continue;
         const Option& cur = opts[(*choice)[i]];
         --at_depth[cur.depth];
         const int32_t others = deepest(0);
         size_t pick = (*choice)[i];
         double pick_rho = r_now * (1.0 + 1e-12);
-        for (size_t c = begin[i]; c < begin[i + 1]; ++c) {
+        for (size_t c = begin[i]; c < end[i]; ++c) {
           if (c == (*choice)[i]) continue;
           const Option& o = opts[c];
           const int64_t n = nodes - cur.nodes + o.nodes;
@@ -277,7 +315,11 @@ absl::StatusOr<ShapePlan> PlanShapes(absl::Span<const PlanSequence> batch,
         }
         const Option& o = opts[pick];
         ++at_depth[o.depth];
-        if (pick == (*choice)[i]) continue;
+        if (pick == (*choice)[i]) {
+          settled.push_back(state);
+          continue;
+        }
+        settled.clear();
         nodes += o.nodes - cur.nodes;
         seq_levels += o.depth - cur.depth;
         e += o.e_decide - cur.e_decide;
