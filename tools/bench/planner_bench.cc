@@ -9,7 +9,7 @@
 // of a modelled step t = base + per_token·(batch·(N + 1)) (flags).
 //
 //   build/bin/planner_bench [--batches 1,16,64] [--nodes 8,16,32,64]
-//       [--step_base_ms 1.0] [--step_us_per_token 2.0] [--min_seconds 0.2]
+//       [--step_base_ms 1.0] [--step_us_per_token 2.0] [--min_seconds 0.4]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -29,7 +29,7 @@ ABSL_FLAG(std::string, batches, "1,16,64", "Batch sizes");
 ABSL_FLAG(std::string, nodes, "8,16,32,64", "Draft nodes per tree");
 ABSL_FLAG(double, step_base_ms, 1.0, "Modelled verify step: fixed part (ms)");
 ABSL_FLAG(double, step_us_per_token, 2.0, "Modelled verify step: per packed token (µs)");
-ABSL_FLAG(double, min_seconds, 0.2, "Time spent measuring each cell");
+ABSL_FLAG(double, min_seconds, 0.4, "Time spent measuring each cell");
 
 namespace treespec {
 namespace {
@@ -45,19 +45,25 @@ std::vector<int64_t> ParseList(const std::string& s) {
   return out;
 }
 
-// Mean seconds per call of fn, measured for at least min_seconds.
+// Seconds per call of fn: the fastest of 20 rounds of calls, each round at
+// least min_seconds / 20 long, so other work on a shared machine inflates
+// the figure as little as possible.
 template <typename Fn>
 double TimeIt(const Fn& fn, double min_seconds) {
   fn();  // warm-up
-  int64_t calls = 0;
-  const Clock::time_point start = Clock::now();
-  double elapsed = 0.0;
-  do {
-    for (int k = 0; k < 8; ++k) fn();
-    calls += 8;
-    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-  } while (elapsed < min_seconds);
-  return elapsed / calls;
+  double best = 1e300;
+  for (int round = 0; round < 20; ++round) {
+    int64_t calls = 0;
+    const Clock::time_point start = Clock::now();
+    double elapsed = 0.0;
+    do {
+      fn();
+      ++calls;
+      elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    } while (elapsed < min_seconds / 20);
+    best = std::min(best, elapsed / calls);
+  }
+  return best;
 }
 
 SparseDist RandomDist(std::mt19937_64& rng) {
