@@ -28,7 +28,8 @@ absl::Status AcceptanceModelOptions::Validate() const {
     }
   }
   if (num_q_bins < 1 || num_q_bins > 1000) {
-    return absl::InvalidArgumentError(absl::StrCat("num_q_bins must be in [1, 1000], got ", num_q_bins));
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_q_bins must be in [1, 1000], got ", num_q_bins));
   }
   if (max_rank < 1 || max_rank > 64) {
     return absl::InvalidArgumentError(absl::StrCat("max_rank must be in [1, 64], got ", max_rank));
@@ -45,7 +46,8 @@ absl::Status AcceptanceModelOptions::Validate() const {
     return absl::InvalidArgumentError("rank_prior_first and rank_prior_decay must be <= 1");
   }
   if (!std::isfinite(max_count) || max_count < 2.0) {
-    return absl::InvalidArgumentError(absl::StrCat("max_count must be finite and >= 2, got ", max_count));
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_count must be finite and >= 2, got ", max_count));
   }
   return absl::OkStatus();
 }
@@ -83,9 +85,7 @@ int AcceptanceModel::QBin(double q) const {
   return std::clamp(b, 0, options_.num_q_bins - 1);
 }
 
-int AcceptanceModel::RankDepth(int32_t depth) const {
-  return std::clamp(depth, 1, kRankRows) - 1;
-}
+int AcceptanceModel::RankDepth(int32_t depth) const { return std::clamp(depth, 1, kRankRows) - 1; }
 
 int AcceptanceModel::RankCol(int32_t rank) const {
   return std::clamp(rank, 0, options_.max_rank - 1);
@@ -145,7 +145,8 @@ void AcceptanceModel::Recalibrate(int first_bucket) {
     }
     int b = 0;
     for (const Block& blk : blocks) {
-      for (int k = 0; k < blk.n; ++k, ++b) q_curve_y_[bucket * nq + b] = std::clamp(blk.y, 0.0, 1.0);
+      for (int k = 0; k < blk.n; ++k, ++b)
+        q_curve_y_[bucket * nq + b] = std::clamp(blk.y, 0.0, 1.0);
     }
     // Sample the curve on the grid in one walk over its knots.
     const double* x = &q_curve_x_[bucket * nq];
@@ -175,9 +176,9 @@ void AcceptanceModel::RecalibrateRanks() {
   for (int row = 0; row < kRankRows; ++row) {
     for (int r = 0; r < nr; ++r) {
       const int i = row * nr + r;
-      const double prior = row == 0 ? options_.rank_prior_first *
-                                          std::pow(options_.rank_prior_decay, r)
-                                    : r_mean_[i - nr];
+      const double prior = row == 0
+                               ? options_.rank_prior_first * std::pow(options_.rank_prior_decay, r)
+                               : r_mean_[i - nr];
       const double n = r_trials_[i];
       r_mean_[i] = n + m > 0 ? (r_accepted_[i] + m * prior) / (n + m) : prior;
     }
@@ -283,9 +284,8 @@ void AcceptanceModel::PathAcceptance(const TokenTree& tree, std::vector<double>*
     const int32_t u = tree.parents[v];
     depth[v] = depth[u] + 1;
     const int32_t rank = rank_seen[u]++;
-    (*a)[v] = tree.has_draft(u)
-                  ? NodeAcceptance(tree.draft[u].ProbOf(tree.tokens[v]), depth[v])
-                  : RankAcceptance(depth[v], rank);
+    (*a)[v] = tree.has_draft(u) ? NodeAcceptance(tree.draft[u].ProbOf(tree.tokens[v]), depth[v])
+                                : RankAcceptance(depth[v], rank);
     sibling_sum[u] += (*a)[v];
   }
   for (int32_t v = 1; v < n; ++v) {

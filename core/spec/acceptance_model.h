@@ -68,10 +68,10 @@ struct AcceptanceModelOptions {
   // First depth of each bucket of the node-level table: {1, 2, 3, 4, 6, 9}
   // makes buckets 1 | 2 | 3 | 4–5 | 6–8 | 9+. Must start at 1 and increase.
   std::vector<int32_t> depth_bucket_starts = {1, 2, 3, 4, 6, 9};
-  int32_t num_q_bins = 10;      // uniform bins of q over [0, 1]
-  double q_prior_scale = 1.0;   // prior a(q) = min(1, q_prior_scale·q)
-  int32_t max_rank = 8;         // ranks >= max_rank - 1 share a column
-  double rank_prior_first = 0.5;  // prior a(d, r) = first · decay^r
+  int32_t num_q_bins = 10;        // uniform bins of q over [0, 1]
+  double q_prior_scale = 1.0;     // prior a(q) = min(1, q_prior_scale·q)
+  int32_t max_rank = 8;           // ranks >= max_rank - 1 share a column
+  double rank_prior_first = 0.5;  // prior a(1, r) = first · decay^r (deeper: the row above)
   double rank_prior_decay = 0.4;
   double prior_strength = 4.0;  // pseudo-trials of the prior in every cell
   double max_count = 20000.0;   // a cell's counts are halved past this

@@ -47,7 +47,8 @@ bool FiniteNonNegative(double v) { return std::isfinite(v) && v >= 0.0; }
 }  // namespace
 
 absl::Status LinearTimeModelOptions::Validate() const {
-  if (window < 1) return absl::InvalidArgumentError(absl::StrCat("window must be >= 1, got ", window));
+  if (window < 1)
+    return absl::InvalidArgumentError(absl::StrCat("window must be >= 1, got ", window));
   if (refit_every < 1) {
     return absl::InvalidArgumentError(absl::StrCat("refit_every must be >= 1, got ", refit_every));
   }
@@ -56,7 +57,8 @@ absl::Status LinearTimeModelOptions::Validate() const {
         absl::StrCat("prior_weight must be finite and >= 0, got ", prior_weight));
   }
   if (!std::isfinite(huber_k) || huber_k <= 0.0) {
-    return absl::InvalidArgumentError(absl::StrCat("huber_k must be finite and > 0, got ", huber_k));
+    return absl::InvalidArgumentError(
+        absl::StrCat("huber_k must be finite and > 0, got ", huber_k));
   }
   if (irls_iterations < 0) {
     return absl::InvalidArgumentError(
@@ -160,16 +162,15 @@ std::vector<double> LinearTimeModel::RobustFit(const std::vector<const TimeSampl
 absl::Status LinearTimeModel::Fit(const std::vector<TimeSample>& samples) {
   TS_RETURN_IF_ERROR(options_.Validate());
   if (samples.size() < names_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("samples: ", samples.size(),
-                                                   " profiled steps for ", names_.size(),
-                                                   " features"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "samples: ", samples.size(), " profiled steps for ", names_.size(), " features"));
   }
   std::vector<const TimeSample*> ptrs;
   for (size_t i = 0; i < samples.size(); ++i) {
     const TimeSample& s = samples[i];
     if (s.x.size() != names_.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("samples[", i, "].x has ", s.x.size(),
-                                                     " features, want ", names_.size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("samples[", i, "].x has ", s.x.size(), " features, want ", names_.size()));
     }
     if (!std::isfinite(s.seconds) || s.seconds <= 0.0) {
       return absl::InvalidArgumentError(
@@ -229,8 +230,7 @@ absl::StatusOr<LinearTimeModel> LinearTimeModel::FromJson(const nlohmann::json& 
   if (!j.is_object()) return absl::InvalidArgumentError("cost model: not a JSON object");
   const auto names = j.find("features");
   if (names == j.end() || !names->is_array() || names->size() != m.names_.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("features: want ", m.names_.size(), " names"));
+    return absl::InvalidArgumentError(absl::StrCat("features: want ", m.names_.size(), " names"));
   }
   for (size_t k = 0; k < m.names_.size(); ++k) {
     if (!(*names)[k].is_string() || (*names)[k].get<std::string>() != m.names_[k]) {
@@ -247,9 +247,9 @@ absl::StatusOr<LinearTimeModel> LinearTimeModel::FromJson(const nlohmann::json& 
     std::vector<double>& dst = std::string(field) == "coefficients" ? m.theta_ : m.prior_;
     for (size_t k = 0; k < m.names_.size(); ++k) {
       if (!(*v)[k].is_number() || !FiniteNonNegative((*v)[k].get<double>())) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            field, "[", k, "] (", m.names_[k], "): want a finite number >= 0, got ",
-            (*v)[k].dump()));
+        return absl::InvalidArgumentError(absl::StrCat(field, "[", k, "] (", m.names_[k],
+                                                       "): want a finite number >= 0, got ",
+                                                       (*v)[k].dump()));
       }
       dst[k] = (*v)[k].get<double>();
     }

@@ -43,8 +43,7 @@ std::string Sanitize(const std::string& s) {
 
 template <typename F, typename Fn>
 absl::StatusOr<std::vector<std::pair<F, double>>> RunGrid(const Fn& step,
-                                                          const std::vector<F>& grid,
-                                                          int repeats) {
+                                                          const std::vector<F>& grid, int repeats) {
   if (repeats < 1) {
     return absl::InvalidArgumentError(absl::StrCat("repeats must be >= 1, got ", repeats));
   }
@@ -248,8 +247,9 @@ absl::StatusOr<StepCostModel> StepCostModel::LoadFromCache(const std::string& di
 
 // ---- Profiling ----
 
-absl::StatusOr<std::vector<VerifySample>> ProfileVerify(
-    const VerifyStepFn& step, const std::vector<VerifyStepFeatures>& grid, int repeats) {
+absl::StatusOr<std::vector<VerifySample>> ProfileVerify(const VerifyStepFn& step,
+                                                        const std::vector<VerifyStepFeatures>& grid,
+                                                        int repeats) {
   TS_ASSIGN_OR_RETURN(auto runs, RunGrid(step, grid, repeats));
   std::vector<VerifySample> out;
   for (const auto& [f, t] : runs) out.push_back({f, t});

@@ -108,7 +108,8 @@ struct Option {
 
 absl::Status PlannerOptions::Validate() const {
   if (!std::isfinite(explore) || explore < 0.0) {
-    return absl::InvalidArgumentError(absl::StrCat("explore must be finite and >= 0, got ", explore));
+    return absl::InvalidArgumentError(
+        absl::StrCat("explore must be finite and >= 0, got ", explore));
   }
   if (!std::isfinite(overhead_seconds) || overhead_seconds < 0.0) {
     return absl::InvalidArgumentError(
@@ -154,7 +155,8 @@ absl::StatusOr<ShapePlan> PlanShapes(absl::Span<const PlanSequence> batch,
   std::vector<int32_t> depths = {0};
   int32_t min_depth = 0;  // the deepest fixed tree
   for (const PlanSequence& s : batch) {
-    const int32_t cap = static_cast<int32_t>(std::min<int64_t>(s.remaining_tokens - 1, kMaxShapeDepth));
+    const int32_t cap =
+        static_cast<int32_t>(std::min<int64_t>(s.remaining_tokens - 1, kMaxShapeDepth));
     auto add = [&](const ShapePrefixes* p) {
       const int32_t d = p == nullptr ? 0 : std::min<int32_t>(cap, p->fanouts.size());
       if (p != nullptr && d == 0) return;
@@ -305,8 +307,9 @@ absl::StatusOr<ShapePlan> PlanShapes(absl::Span<const PlanSequence> batch,
           if (c == (*choice)[i]) continue;
           const Option& o = opts[c];
           const int64_t n = nodes - cur.nodes + o.nodes;
-          const double t = cost.Draft(std::max(others, o.depth), seq_levels - cur.depth + o.depth, n) +
-                           cost.Verify(nb, nb + n, context) + cost.overhead;
+          const double t =
+              cost.Draft(std::max(others, o.depth), seq_levels - cur.depth + o.depth, n) +
+              cost.Verify(nb, nb + n, context) + cost.overhead;
           const double r = (e - cur.e_decide + o.e_decide) / t;
           if (r > pick_rho) {
             pick_rho = r;
@@ -399,8 +402,8 @@ absl::StatusOr<PrunePlan> PruneTrees(absl::Span<const PlanSequence> batch,
     }
     for (int32_t v = 1; v < t.num_nodes(); ++v) {
       if (t.parents[v] < 0 || t.parents[v] >= v) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("trees[", i, "].parents[", v, "] = ", t.parents[v], " is not in [0, ", v, ")"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "trees[", i, "].parents[", v, "] = ", t.parents[v], " is not in [0, ", v, ")"));
       }
     }
   }
@@ -458,7 +461,8 @@ absl::StatusOr<PrunePlan> PruneTrees(absl::Span<const PlanSequence> batch,
   std::sort(order.begin(), order.end());
   constexpr uint64_t kIndexMask = (uint64_t{1} << 24) - 1;
   int64_t max_n = static_cast<int64_t>(order.size());
-  if (options.max_step_tokens > 0) max_n = std::clamp<int64_t>(options.max_step_tokens - nb, 0, max_n);
+  if (options.max_step_tokens > 0)
+    max_n = std::clamp<int64_t>(options.max_step_tokens - nb, 0, max_n);
 
   double gain = static_cast<double>(nb);
   double best_rate = gain / (draft_seconds + cost.Verify(nb, nb, context) + cost.overhead);

@@ -100,10 +100,10 @@ struct PlannerOptions {
 
 // One sequence of the batch as the planner sees it.
 struct PlanSequence {
-  int64_t context_tokens = 0;                 // cached tokens
+  int64_t context_tokens = 0;                   // cached tokens
   int64_t remaining_tokens = int64_t{1} << 40;  // tokens it may still emit (>= 1)
-  bool can_draft = true;                      // false: no drafter for it this step
-  std::optional<TreeShape> fixed_shape;       // a request that names a shape gets it
+  bool can_draft = true;                        // false: no drafter for it this step
+  std::optional<TreeShape> fixed_shape;         // a request that names a shape gets it
 };
 
 struct ShapePlan {

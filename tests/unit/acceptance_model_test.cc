@@ -183,9 +183,11 @@ TEST(AcceptanceModelTest, ObserveBatchEqualsObservingOneByOne) {
   ASSERT_TRUE(batch.ObserveBatch(trees, paths).ok());
   EXPECT_EQ(batch.num_observed_trees(), 300);
   for (double q : {0.1, 0.33, 0.5, 0.8}) {
-    for (int32_t d : {1, 2, 3}) EXPECT_DOUBLE_EQ(one.NodeAcceptance(q, d), batch.NodeAcceptance(q, d));
+    for (int32_t d : {1, 2, 3})
+      EXPECT_DOUBLE_EQ(one.NodeAcceptance(q, d), batch.NodeAcceptance(q, d));
   }
-  for (int32_t r : {0, 1, 2}) EXPECT_DOUBLE_EQ(one.RankAcceptance(2, r), batch.RankAcceptance(2, r));
+  for (int32_t r : {0, 1, 2})
+    EXPECT_DOUBLE_EQ(one.RankAcceptance(2, r), batch.RankAcceptance(2, r));
   // One bad path: nothing of the batch is recorded.
   paths[7] = {0, 99};
   absl::Status bad = batch.ObserveBatch(trees, paths);
@@ -204,8 +206,8 @@ TEST(AcceptanceModelTest, IsotonicCurveIsNonDecreasingInQ) {
       t.draft[0].tokens = {10, 11};
       t.draft[0].probs = {q, 1.0f - q};
       t.AddNode(0, 10);
-      ASSERT_TRUE(m.Observe(t, i < accepted ? std::vector<int32_t>{0, 1}
-                                            : std::vector<int32_t>{0}).ok());
+      ASSERT_TRUE(
+          m.Observe(t, i < accepted ? std::vector<int32_t>{0, 1} : std::vector<int32_t>{0}).ok());
     }
   };
   feed(0.45f, 60, 100);

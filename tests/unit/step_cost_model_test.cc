@@ -42,7 +42,8 @@ std::vector<VerifySample> Profile(const TrueVerify& truth, double rel, double ou
                                   uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<VerifySample> out;
-  for (const VerifyStepFeatures& f : Grid()) out.push_back({f, Noisy(truth(f), rel, outlier_p, rng)});
+  for (const VerifyStepFeatures& f : Grid())
+    out.push_back({f, Noisy(truth(f), rel, outlier_p, rng)});
   return out;
 }
 
@@ -165,8 +166,8 @@ StepCostModel FittedPair() {
   StepCostModel m;
   m.model = "llama-68m+mamba-130m";
   m.device = "cpu 16t";
-  m.verify = *VerifyCostModel::FitProfile(Profile(TrueVerify{0.002, 1e-4, 2e-5, 1e-8, 3e-5, 128},
-                                                  0.02, 0.0, 8));
+  m.verify = *VerifyCostModel::FitProfile(
+      Profile(TrueVerify{0.002, 1e-4, 2e-5, 1e-8, 3e-5, 128}, 0.02, 0.0, 8));
   std::vector<DraftSample> d;
   for (const DraftStepFeatures& f : DraftGrid({1, 8}, {1, 3}, {1, 4})) {
     d.push_back({f, 1e-3 + 1e-4 * f.levels + 1e-5 * f.nodes});
@@ -207,9 +208,8 @@ TEST(StepCostModelTest, CacheIsKeyedByModelAndDevice) {
 
 TEST(StepCostModelTest, BadCacheTextIsInvalidArgumentNamingTheField) {
   std::string text = FittedPair().ToJsonText();
-  absl::StatusOr<StepCostModel> v2 =
-      StepCostModel::FromJsonText(text.replace(text.find("\"format_version\": 1"), 19,
-                                               "\"format_version\": 2"));
+  absl::StatusOr<StepCostModel> v2 = StepCostModel::FromJsonText(
+      text.replace(text.find("\"format_version\": 1"), 19, "\"format_version\": 2"));
   EXPECT_EQ(v2.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(v2.status().message()), HasSubstr("format_version"));
   nlohmann::json j = nlohmann::json::parse(FittedPair().ToJsonText());

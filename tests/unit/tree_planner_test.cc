@@ -84,8 +84,8 @@ AcceptanceModel Trained(const std::vector<double>& rate, uint64_t seed, int tree
 }
 
 std::vector<TreeShape> Candidates() {
-  return {Shape("chain:2"), Shape("chain:4"), Shape("2,2,1,1"), Shape("3,2,2,1,1"),
-          Shape("chain:8"), Shape("4,2,2,2,1,1,1,1")};
+  return {Shape("chain:2"),   Shape("chain:4"), Shape("2,2,1,1"),
+          Shape("3,2,2,1,1"), Shape("chain:8"), Shape("4,2,2,2,1,1,1,1")};
 }
 
 std::vector<PlanSequence> Batch(int n, int64_t context = 256) {
@@ -201,20 +201,20 @@ TEST(TreePlannerTest, ShapePlanIsOptimalAndNeverSlowerThanPlain) {
   for (int trial = 0; trial < 40; ++trial) {
     const double r0 = u(rng);
     const AcceptanceModel acc = Trained({r0, (1 - r0) * u(rng) * 0.5}, 100 + trial, 300);
-    const VerifyCostModel v = Verify(1e-3 + 5e-3 * u(rng), 1e-4 * u(rng), 3e-4 * u(rng) * u(rng),
-                                     1e-8 * u(rng));
+    const VerifyCostModel v =
+        Verify(1e-3 + 5e-3 * u(rng), 1e-4 * u(rng), 3e-4 * u(rng) * u(rng), 1e-8 * u(rng));
     const DraftCostModel d = Draft(1e-3 * u(rng), 5e-4 * u(rng), 1e-4 * u(rng), 5e-5 * u(rng));
     std::vector<PlanSequence> batch = Batch(3);
     batch[1].context_tokens = 2000;
     absl::StatusOr<ShapePlan> p = PlanShapes(batch, cands, acc, v, d, {});
     ASSERT_TRUE(p.ok()) << p.status();
-    EXPECT_GE(p->tokens_per_second(), p->plain_tokens_per_second() * (1 - 1e-12)) << "trial " << trial;
+    EXPECT_GE(p->tokens_per_second(), p->plain_tokens_per_second() * (1 - 1e-12))
+        << "trial " << trial;
     EXPECT_NEAR(p->tokens_per_second(), BruteForceBest(batch, cands, acc, v, d),
                 1e-9 * p->tokens_per_second())
         << "trial " << trial;
     // The plan's numbers agree with the models.
-    EXPECT_NEAR(p->verify_seconds,
-                v.Predict({3, 3 + TotalNodes(*p), 256 + 2000 + 256}), 1e-15);
+    EXPECT_NEAR(p->verify_seconds, v.Predict({3, 3 + TotalNodes(*p), 256 + 2000 + 256}), 1e-15);
   }
 }
 
@@ -253,10 +253,10 @@ TEST(TreePlannerTest, ShapePlanNearOptimalPastTheKnee) {
 TEST(TreePlannerTest, BudgetFixedShapesAndUnavailableDrafters) {
   const AcceptanceModel acc = Trained({0.9, 0.05}, 6);
   std::vector<PlanSequence> batch = Batch(4);
-  batch[0].remaining_tokens = 3;            // at most 2 draft levels
-  batch[1].remaining_tokens = 1;            // the last token: plain
-  batch[2].can_draft = false;               // drafter down for it
-  batch[3].fixed_shape = Shape("2,1");      // the request named a shape
+  batch[0].remaining_tokens = 3;        // at most 2 draft levels
+  batch[1].remaining_tokens = 1;        // the last token: plain
+  batch[2].can_draft = false;           // drafter down for it
+  batch[3].fixed_shape = Shape("2,1");  // the request named a shape
   absl::StatusOr<ShapePlan> p = PlanShapes(batch, Candidates(), acc, Verify(5e-3, 1e-5, 1e-7),
                                            Draft(1e-4, 2e-5, 1e-6, 1e-7), PlannerOptions{});
   ASSERT_TRUE(p.ok()) << p.status();
@@ -273,8 +273,8 @@ TEST(TreePlannerTest, BadInputsAreInvalidArgument) {
   const AcceptanceModel acc = Trained({0.5}, 7, 10);
   std::vector<PlanSequence> batch = Batch(2);
   batch[1].remaining_tokens = 0;
-  absl::Status s = PlanShapes(batch, Candidates(), acc, Verify(1e-3, 0, 0), Draft(0, 0, 0, 0), {})
-                       .status();
+  absl::Status s =
+      PlanShapes(batch, Candidates(), acc, Verify(1e-3, 0, 0), Draft(0, 0, 0, 0), {}).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr("batch[1].remaining_tokens"));
   PlannerOptions o;
@@ -365,7 +365,8 @@ TEST(TreePlannerTest, PrunedTreesAreValidAndNeverWorseThanNoTree) {
     ASSERT_TRUE(p.ok()) << p.status();
     int64_t kept = 0;
     for (int i = 0; i < nb; ++i) {
-      ExpectValid(trees[i], p->kept[i], "trial " + std::to_string(trial) + " seq " + std::to_string(i));
+      ExpectValid(trees[i], p->kept[i],
+                  "trial " + std::to_string(trial) + " seq " + std::to_string(i));
       kept += static_cast<int64_t>(p->kept[i].size());
     }
     EXPECT_EQ(p->verify_tokens, kept);
@@ -430,7 +431,8 @@ TEST(TreePlannerTest, PruningDropsAUselessDrafterAndRespectsBudgets) {
     const TokenTree t = RandomTree(Shape("3,2"), rng);
     ASSERT_TRUE(useless->Observe(t, {0}).ok());  // nothing ever accepted
   }
-  std::vector<TokenTree> trees = {RandomTree(Shape("3,2,2"), rng), RandomTree(Shape("chain:6"), rng)};
+  std::vector<TokenTree> trees = {RandomTree(Shape("3,2,2"), rng),
+                                  RandomTree(Shape("chain:6"), rng)};
   const VerifyCostModel v = Verify(3e-3, 1e-5, 2e-5);
   absl::StatusOr<PrunePlan> none = PruneTrees(Batch(2), trees, *useless, v, 1e-3, {});
   ASSERT_TRUE(none.ok());
@@ -441,13 +443,15 @@ TEST(TreePlannerTest, PruningDropsAUselessDrafterAndRespectsBudgets) {
   // A calibrated drafter with nearly free verify keeps everything it may.
   std::vector<PlanSequence> batch = Batch(2);
   batch[1].remaining_tokens = 3;  // chain:6 may keep 2 levels only
-  absl::StatusOr<PrunePlan> all = PruneTrees(batch, trees, Calibrated(), Verify(3e-3, 0, 1e-9), 0, {});
+  absl::StatusOr<PrunePlan> all =
+      PruneTrees(batch, trees, Calibrated(), Verify(3e-3, 0, 1e-9), 0, {});
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(all->kept[0].size(), static_cast<size_t>(trees[0].num_nodes()));
   EXPECT_EQ(all->kept[1], (std::vector<int32_t>{0, 1, 2}));
   PlannerOptions capped;
   capped.max_step_tokens = 6;
-  absl::StatusOr<PrunePlan> cap = PruneTrees(batch, trees, Calibrated(), Verify(3e-3, 0, 1e-9), 0, capped);
+  absl::StatusOr<PrunePlan> cap =
+      PruneTrees(batch, trees, Calibrated(), Verify(3e-3, 0, 1e-9), 0, capped);
   ASSERT_TRUE(cap.ok());
   EXPECT_EQ(cap->verify_tokens, 6);
 }

@@ -122,8 +122,8 @@ int Main() {
   absl::StatusOr<VerifyCostModel> verify = VerifyCostModel::FitProfile(profile);
   std::vector<DraftSample> dprofile;
   for (const DraftStepFeatures& f : DraftGrid({1, 8, 64}, {1, 4, 8}, {1, 4})) {
-    dprofile.push_back({f, 0.1 * base_s + 1e-5 * f.levels + 1e-6 * f.seq_levels +
-                               0.1 * per_token_s * f.nodes});
+    dprofile.push_back(
+        {f, 0.1 * base_s + 1e-5 * f.levels + 1e-6 * f.seq_levels + 0.1 * per_token_s * f.nodes});
   }
   absl::StatusOr<DraftCostModel> draft = DraftCostModel::FitProfile(dprofile);
   absl::StatusOr<AcceptanceModel> acc = AcceptanceModel::Create();
@@ -165,8 +165,8 @@ int Main() {
       }
       absl::StatusOr<ShapePlan> plan;
       absl::StatusOr<PrunePlan> prune;
-      const double shapes_s = TimeIt(
-          [&] { plan = PlanShapes(batch, cands, *acc, *verify, *draft, options); }, min_s);
+      const double shapes_s =
+          TimeIt([&] { plan = PlanShapes(batch, cands, *acc, *verify, *draft, options); }, min_s);
       const double prune_s =
           TimeIt([&] { prune = PruneTrees(batch, trees, *acc, *verify, 1e-4, options); }, min_s);
       AcceptanceModel scratch = *acc;
@@ -187,12 +187,13 @@ int Main() {
       std::printf("%6lld %6lld %6zu | %9.1f %9.1f %9.1f | %8.2f %6.2f%% %6.2f%% | %8.1f %8lld\n",
                   static_cast<long long>(nb), static_cast<long long>(n), cands.size(),
                   shapes_s * 1e6, prune_s * 1e6, update_s * 1e6, step_s * 1e3,
-                  100.0 * decide_s / 1e-3, 100.0 * decide_s / step_s,
-                  plan->total_expected_tokens, static_cast<long long>(prune->verify_tokens));
+                  100.0 * decide_s / 1e-3, 100.0 * decide_s / step_s, plan->total_expected_tokens,
+                  static_cast<long long>(prune->verify_tokens));
     }
   }
-  std::printf("\n1ms%%, step%%: (shapes + prune) over the step; update runs after the step, off the\n"
-              "decision path, and is shown for completeness.\n");
+  std::printf(
+      "\n1ms%%, step%%: (shapes + prune) over the step; update runs after the step, off the\n"
+      "decision path, and is shown for completeness.\n");
   return 0;
 }
 
