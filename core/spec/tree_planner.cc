@@ -134,6 +134,7 @@ absl::StatusOr<ShapePlan> PlanShapes(absl::Span<const PlanSequence> batch,
   int64_t context = 0;
   for (const PlanSequence& s : batch) context += s.context_tokens;
 
+  // Reserved up front: options point into this vector.
   std::vector<ShapePrefixes> shapes;
   shapes.reserve(candidates.size() + batch.size());
   for (const TreeShape& s : candidates) shapes.emplace_back(s, acceptance, options.explore);

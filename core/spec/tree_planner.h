@@ -61,7 +61,12 @@
 // by π, ties to the lower (sequence, node) index, puts every node after its
 // parent: for each n the top n nodes form valid trees and carry the most
 // expected tokens any n nodes can. Scanning n = 0..N for the best
-// E(n) / (T_draft + T_verify(B, B + n, C) + overhead) is O(N log N). Read as
+// E(n) / (T_draft + T_verify(B, B + n, C) + overhead) is O(N log N); the sunk
+// T_draft stays in the denominator so that ρ is the step's own rate, the
+// estimate of the long-run rate a verified node has to beat. Nodes with
+// π < ρ_0·(per-token verify cost), ρ_0 the rate with nothing kept, are
+// dropped before sorting: E concave and T convex make E(n)/T(n) rise to its
+// peak and then fall, so the last node of the best prefix has π ≥ ρ_0·c. Read as
 // Dinkelbach, a node is kept iff π_v ≥ ρ·∂T_verify/∂n: it pays when its
 // chance of being accepted exceeds the tokens the batch would emit in the
 // time verifying it costs. With sibling_prefix the rank key is
