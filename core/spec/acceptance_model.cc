@@ -45,6 +45,10 @@ absl::Status AcceptanceModelOptions::Validate() const {
   if (rank_prior_first > 1.0 || rank_prior_decay > 1.0) {
     return absl::InvalidArgumentError("rank_prior_first and rank_prior_decay must be <= 1");
   }
+  if (!std::isfinite(round_discount) || round_discount <= 0.0 || round_discount > 1.0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("round_discount must be in (0, 1], got ", round_discount));
+  }
   if (!std::isfinite(max_count) || max_count < 2.0) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_count must be finite and >= 2, got ", max_count));
@@ -66,6 +70,9 @@ AcceptanceModel::AcceptanceModel(AcceptanceModelOptions options) : options_(std:
   depth_bucket_.assign(kMaxTreeDepth + 1, 0);
   for (int32_t d = 0; d <= kMaxTreeDepth; ++d) depth_bucket_[d] = DepthBucket(d);
   r_mean_.assign(kRankRows * options_.max_rank, 0.0);
+  for (int r = 0; r < options_.max_rank; ++r) {
+    rank_prior_.push_back(options_.rank_prior_first * std::pow(options_.rank_prior_decay, r));
+  }
   Recalibrate(0);
   RecalibrateRanks();
 }
@@ -176,9 +183,7 @@ void AcceptanceModel::RecalibrateRanks() {
   for (int row = 0; row < kRankRows; ++row) {
     for (int r = 0; r < nr; ++r) {
       const int i = row * nr + r;
-      const double prior = row == 0
-                               ? options_.rank_prior_first * std::pow(options_.rank_prior_decay, r)
-                               : r_mean_[i - nr];
+      const double prior = row == 0 ? rank_prior_[r] : r_mean_[i - nr];
       const double n = r_trials_[i];
       r_mean_[i] = n + m > 0 ? (r_accepted_[i] + m * prior) / (n + m) : prior;
     }
@@ -252,6 +257,14 @@ absl::Status AcceptanceModel::ObserveBatch(absl::Span<const TokenTree> trees,
   if (first < static_cast<int>(options_.depth_bucket_starts.size())) Recalibrate(first);
   RecalibrateRanks();
   return absl::OkStatus();
+}
+
+void AcceptanceModel::AdvanceRound() {
+  ++rounds_;
+  if (options_.round_discount >= 1.0) return;
+  for (double& v : r_trials_) v *= options_.round_discount;
+  for (double& v : r_accepted_) v *= options_.round_discount;
+  RecalibrateRanks();
 }
 
 double AcceptanceModel::NodeAcceptance(double q, int32_t depth) const {

@@ -45,9 +45,12 @@
 // Exploration: estimates before drafting can carry a UCB bonus
 // explore·sqrt(ln(1 + rounds) / (1 + n)) (paper 000 Eq. 1's bonus, applied to
 // acceptance instead of to a shape's reward): rounds counts planned steps
-// (AdvanceRound), n the cell's trials. When a drafter looks useless and stops
-// being called its n freezes while ln(rounds) grows, so it is tried again now
-// and then, and a drafter that became useful is noticed.
+// (AdvanceRound), n the cell's trials. AdvanceRound also discounts the
+// shape-level counts by round_discount (discounted UCB, Garivier & Moulines
+// 2011): the estimate covers about the last 1 / (1 − discount) steps. When a
+// drafter looks useless and stops being called, its n decays while ln(rounds)
+// grows, so it is tried again after a while, and a drafter that became
+// useful (the text turned repetitive) is noticed.
 //
 // A plain value type; not thread-safe for concurrent mutation, const methods
 // may run concurrently.
@@ -73,9 +76,10 @@ struct AcceptanceModelOptions {
   int32_t max_rank = 8;           // ranks >= max_rank - 1 share a column
   double rank_prior_first = 0.5;  // prior a(1, r) = first · decay^r (deeper: the row above)
   double rank_prior_decay = 0.4;
-  double prior_strength = 4.0;  // pseudo-trials of the prior in every cell
-  double max_count = 20000.0;   // a cell's counts are halved past this
-  bool isotonic = true;         // make the node-level estimate non-decreasing in q
+  double prior_strength = 4.0;    // pseudo-trials of the prior in every cell
+  double max_count = 20000.0;     // a cell's counts are halved past this
+  double round_discount = 0.995;  // shape-level counts × this per AdvanceRound; 1: never
+  bool isotonic = true;           // make the node-level estimate non-decreasing in q
   absl::Status Validate() const;
 };
 
@@ -94,7 +98,7 @@ class AcceptanceModel {
   absl::Status ObserveBatch(absl::Span<const TokenTree> trees,
                             absl::Span<const std::vector<int32_t>> paths);
   // One planned step of the batch, drafted or not (the UCB clock).
-  void AdvanceRound() { ++rounds_; }
+  void AdvanceRound();
 
   // a(q, depth): calibrated node-level estimate. depth >= 1.
   double NodeAcceptance(double q, int32_t depth) const;
@@ -150,6 +154,7 @@ class AcceptanceModel {
   std::vector<int32_t> depth_bucket_;  // [kMaxTreeDepth + 1]
   // Shape level: [depth row][rank col].
   std::vector<double> r_accepted_, r_trials_, r_mean_;
+  std::vector<double> rank_prior_;  // [max_rank] depth 1's prior, first·decay^r
   int64_t rounds_ = 0;
   int64_t num_trees_ = 0;
 };

@@ -32,11 +32,14 @@ struct Scenario {
   double accept_scale = 1.0;
   double verify_per_token = 4e-5;
   double verify_knee_slope = 0.0;  // extra per token past 256
+  int switch_step = 0;             // > 0: accept_scale becomes scale_after here
+  double scale_after = 0.0;
 };
 
 struct World {
   Scenario sc;
   std::mt19937_64 rng;
+  int step = 0;
 
   double VerifyTime(const VerifyStepFeatures& f) const {
     const double past = std::max<int64_t>(0, f.tree_tokens - 256);
@@ -86,7 +89,9 @@ struct World {
       double x = u01(rng), acc = 0.0;
       int32_t chosen = -1;
       for (int32_t c : kids[u]) {
-        acc += sc.accept_scale * std::pow(t.draft[u].ProbOf(t.tokens[c]), sc.accept_power);
+        const double scale =
+            sc.switch_step > 0 && step >= sc.switch_step ? sc.scale_after : sc.accept_scale;
+        acc += scale * std::pow(t.draft[u].ProbOf(t.tokens[c]), sc.accept_power);
         if (x < acc) {
           chosen = c;
           break;
@@ -107,6 +112,7 @@ constexpr int64_t kContext = 512;
 double FixedPolicy(World& w, const std::optional<TreeShape>& shape) {
   double tokens = 0.0, seconds = 0.0;
   for (int step = 0; step < kSteps; ++step) {
+    w.step = step;
     int64_t nodes = 0;
     for (int i = 0; i < kBatch; ++i) {
       const TokenTree t = shape.has_value() ? w.Draft(*shape) : TokenTree::Root(1);
@@ -145,6 +151,7 @@ double PlannerPolicy(World& w, const std::vector<TreeShape>& candidates) {
 
   double tokens = 0.0, seconds = 0.0;
   for (int step = 0; step < kSteps; ++step) {
+    w.step = step;
     acc->AdvanceRound();
     absl::StatusOr<ShapePlan> plan = PlanShapes(batch, candidates, *acc, *verify, *draft, options);
     EXPECT_TRUE(plan.ok()) << plan.status();
@@ -203,19 +210,24 @@ TEST_P(TreePlannerSimTest, PlannerKeepsUpWithTheBestFixedPolicy) {
   EXPECT_GT(planned, 0.95 * best_fixed) << sc.name << ": best fixed policy " << best_name << " "
                                         << best_fixed << " tok/s, planner " << planned << " tok/s";
   EXPECT_GT(planned, 0.97 * plain) << sc.name << ": speculation must not cost throughput";
+  if (sc.switch_step > 0) {
+    EXPECT_GT(planned, 1.02 * best_fixed) << sc.name << ": adapting beats any fixed policy";
+  }
   std::printf("%-22s plain %7.1f  best fixed %7.1f (%s)  planner %7.1f tok/s\n", sc.name.c_str(),
               plain, best_fixed, best_name.c_str(), planned);
 }
 
-INSTANTIATE_TEST_SUITE_P(Scenarios, TreePlannerSimTest,
-                         ::testing::Values(Scenario{"calibrated_drafter", 1.0, 1.0, 4e-5, 0.0},
-                                           Scenario{"useless_drafter", 1.0, 0.0, 4e-5, 0.0},
-                                           Scenario{"weak_drafter", 2.0, 0.6, 4e-5, 0.0},
-                                           Scenario{"dear_tokens_past_knee", 1.0, 1.0, 4e-5, 4e-4},
-                                           Scenario{"cheap_verify", 1.0, 1.0, 2e-6, 0.0}),
-                         [](const ::testing::TestParamInfo<Scenario>& info) {
-                           return info.param.name;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Scenarios, TreePlannerSimTest,
+    ::testing::Values(Scenario{"calibrated_drafter", 1.0, 1.0, 4e-5, 0.0},
+                      Scenario{"useless_drafter", 1.0, 0.0, 4e-5, 0.0},
+                      Scenario{"weak_drafter", 2.0, 0.6, 4e-5, 0.0},
+                      Scenario{"dear_tokens_past_knee", 1.0, 1.0, 4e-5, 4e-4},
+                      Scenario{"cheap_verify", 1.0, 1.0, 2e-6, 0.0},
+                      // The text changes halfway: the drafter stops or starts being useful.
+                      Scenario{"drafter_turns_useless", 1.0, 1.0, 4e-5, 0.0, kSteps / 2, 0.0},
+                      Scenario{"drafter_turns_useful", 1.0, 0.0, 4e-5, 0.0, kSteps / 2, 1.0}),
+    [](const ::testing::TestParamInfo<Scenario>& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace treespec

@@ -488,7 +488,7 @@ TEST(TreePlannerTest, ExplorationRetriesADrafterThatLooksUseless) {
   absl::StatusOr<ShapePlan> soon = PlanShapes(Batch(4), Candidates(), acc, v, d, o);
   ASSERT_TRUE(soon.ok());
   EXPECT_FALSE(soon->call_drafter);
-  for (int i = 0; i < 1000000; ++i) acc.AdvanceRound();
+  for (int i = 0; i < 100000; ++i) acc.AdvanceRound();
   absl::StatusOr<ShapePlan> later = PlanShapes(Batch(4), Candidates(), acc, v, d, o);
   ASSERT_TRUE(later.ok());
   EXPECT_TRUE(later->call_drafter) << "ln(rounds) grew while the drafter sat idle";
