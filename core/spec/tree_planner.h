@@ -27,8 +27,9 @@
 // comes from calibrated estimates shared by all sequences of a drafter
 // instead of each sequence's own pulls of each arm. The UCB bandit stays in
 // two places: its exploration bonus, sqrt(ln t / n), is added to the
-// shape-level acceptance estimates (PlannerOptions::explore), so a drafter
-// that stopped paying is retried now and then; and UcbBandit itself remains
+// shape-level acceptance estimates (PlannerOptions::explore, over counts
+// discounted per step), so a drafter that stopped paying is retried now and
+// then; and UcbBandit itself remains
 // the fallback for sequences of a drafter with no cost model yet (before the
 // start-up profile exists).
 //
@@ -45,10 +46,11 @@
 // is where this is not exact: the best plan often fills the pass exactly up
 // to the knee, which neither linear piece proposes (the Lagrange multiplier
 // of the knee lies strictly between the two slopes, and identical sequences
-// all flip at once). A greedy polish follows: the best single-sequence change
-// under the true T while one improves ρ (greedy marginal-gain allocation),
-// started from the Dinkelbach plan and, past a knee, also from each depth's
-// knee-blind plan that overshoots it, so trees are dropped down to the knee.
+// all flip at once). A greedy polish follows under the true T: each sequence
+// in turn takes its best option given the others while that raises ρ
+// (greedy marginal-gain allocation, coordinate ascent), started from the
+// Dinkelbach plan and, past a knee, also from each depth's knee-blind plan
+// that overshoots it, so trees are dropped down to the knee.
 // Against brute force over all combinations the plan is optimal without a
 // knee and within a few percent with one (tree_planner_test).
 // Only strict improvements over ρ_0 are taken, so a plan is never predicted
@@ -76,6 +78,15 @@
 // draws still is one. This stays exact when drafters expand siblings in
 // decreasing acceptance (top-k drafters); otherwise it is the best prefix
 // under π̃.
+//
+// One step, as the coordinator is meant to run it (per drafter and worker group):
+//   acceptance.AdvanceRound();
+//   plan = PlanShapes(batch, shapes, acceptance, verify, draft, options);
+//   if plan.call_drafter: trees = Draft(plan.shapes)            (else root-only trees)
+//   prune = PruneTrees(batch, trees, acceptance, verify, measured_draft_s, options);
+//   verified = KeepNodes(trees[i], prune.kept[i]); results = Verify(verified)
+//   acceptance.ObserveBatch(verified, paths); verify.Observe(...); draft.Observe(...)
+// and report plan / prune expected_tokens against the tokens each step emitted.
 //
 // Pure functions of their inputs; thread-safe. Deterministic: equal inputs
 // give equal plans.
