@@ -204,6 +204,7 @@ TEST(StepCostModelTest, CacheIsKeyedByModelAndDevice) {
   EXPECT_EQ(StepCostModel::LoadFromCache(dir, m.model, "cpu_16t").status().code(),
             absl::StatusCode::kFailedPrecondition);
   std::remove((dir + "/" + StepCostModel::CacheFileName(m.model, m.device)).c_str());
+  EXPECT_EQ(m.SaveToCache(dir + "/no/such/dir").code(), absl::StatusCode::kUnavailable);
 }
 
 TEST(StepCostModelTest, BadCacheTextIsInvalidArgumentNamingTheField) {

@@ -456,6 +456,52 @@ TEST(TreePlannerTest, PruningDropsAUselessDrafterAndRespectsBudgets) {
   EXPECT_EQ(cap->verify_tokens, 6);
 }
 
+TEST(TreePlannerTest, GreedyDrafterTreesArePrunedByRank) {
+  // No q (a greedy drafter): the rank estimates decide. First children are
+  // accepted 90% of the time, later ones 3%.
+  const AcceptanceModel acc = Trained({0.9, 0.03, 0.03}, 14);
+  TokenTree t = TokenTree::Root(1);
+  std::vector<int32_t> level = {0};
+  for (int d = 0; d < 6; ++d) {  // 3 children per node on the first child's chain
+    const int32_t u = level[0];
+    level.clear();
+    for (int r = 0; r < 3; ++r) level.push_back(t.AddNode(u, 10 + r));
+  }
+  ASSERT_TRUE(t.draft.empty());
+  absl::StatusOr<PrunePlan> p =
+      PruneTrees(Batch(1), std::vector<TokenTree>{t}, acc, Verify(3e-3, 1e-5, 1e-4), 1e-4, {});
+  ASSERT_TRUE(p.ok()) << p.status();
+  ExpectValid(t, p->kept[0], "greedy tree");
+  int first_children = 0, others = 0;
+  for (int32_t v : p->kept[0]) {
+    if (v == 0) continue;
+    (t.Children(t.parents[v])[0] == v ? first_children : others)++;
+  }
+  EXPECT_GE(first_children, 4) << "the likely chain is verified";
+  EXPECT_EQ(others, 0) << "3% siblings do not pay at 0.1 ms per token";
+  double want = 1.0;
+  for (int k = 1; k <= first_children; ++k) want += std::pow(0.9, k);
+  EXPECT_NEAR(p->expected_tokens[0], want, 0.15);
+}
+
+TEST(TreePlannerTest, EmptyBatchOrNoCandidatesIsPlain) {
+  const AcceptanceModel acc = Trained({0.9}, 15, 50);
+  absl::StatusOr<ShapePlan> empty =
+      PlanShapes({}, Candidates(), acc, Verify(1e-3, 0, 0), Draft(0, 0, 0, 0), {});
+  ASSERT_TRUE(empty.ok());
+  EXPECT_TRUE(empty->shapes.empty());
+  EXPECT_FALSE(empty->call_drafter);
+  absl::StatusOr<ShapePlan> none =
+      PlanShapes(Batch(3), {}, acc, Verify(1e-3, 0, 1e-7), Draft(0, 0, 0, 0), {});
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->call_drafter);
+  EXPECT_DOUBLE_EQ(none->total_expected_tokens, 3.0);
+  absl::StatusOr<PrunePlan> prune =
+      PruneTrees({}, std::vector<TokenTree>{}, acc, Verify(1e-3, 0, 0), 0.0, {});
+  ASSERT_TRUE(prune.ok());
+  EXPECT_TRUE(prune->kept.empty());
+}
+
 TEST(TreePlannerTest, DecisionsAreDeterministic) {
   std::mt19937_64 rng(11);
   const AcceptanceModel acc = Trained({0.6, 0.2, 0.1}, 12);
