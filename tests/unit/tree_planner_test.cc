@@ -296,7 +296,7 @@ TEST(TreePlannerTest, BadInputsAreInvalidArgument) {
 
 // A drafted tree of `shape` whose nodes carry random top-k draft
 // distributions in descending order (sibling r is the r-th most likely).
-TokenTree RandomTree(const TreeShape& shape, std::mt19937_64& rng) {
+TokenTree RandomTree(const TreeShape& shape, std::mt19937_64& rng, bool sampled = false) {
   std::gamma_distribution<double> g(0.5, 1.0);
   TokenTree t = TokenTree::Root(1);
   t.draft.resize(1);
@@ -314,7 +314,22 @@ TokenTree RandomTree(const TreeShape& shape, std::mt19937_64& rng) {
         q.probs.push_back(static_cast<float>(w[k] / sum));
       }
       t.draft[u] = q;
-      for (int32_t r = 0; r < f; ++r) next.push_back(t.AddNode(u, q.tokens[r]));
+      // Top-k children, or (sampled) draws without replacement from q, so a
+      // later sibling may be likelier than an earlier one.
+      std::vector<int32_t> order = {0, 1, 2, 3, 4};
+      if (sampled) {
+        std::vector<double> left(q.probs.begin(), q.probs.end());
+        std::uniform_real_distribution<double> u01(0.0, 1.0);
+        for (int32_t r = 0; r < f; ++r) {
+          double total = 0.0;
+          for (int k = r; k < 5; ++k) total += left[order[k]];
+          double x = u01(rng) * total;
+          int k = r;
+          while (k < 4 && (x -= left[order[k]]) > 0.0) ++k;
+          std::swap(order[r], order[k]);
+        }
+      }
+      for (int32_t r = 0; r < f; ++r) next.push_back(t.AddNode(u, q.tokens[order[r]]));
     }
     level = std::move(next);
   }
@@ -358,7 +373,9 @@ TEST(TreePlannerTest, PrunedTreesAreValidAndNeverWorseThanNoTree) {
   for (int trial = 0; trial < 20; ++trial) {
     const int nb = 1 + trial % 7;
     std::vector<TokenTree> trees;
-    for (int i = 0; i < nb; ++i) trees.push_back(RandomTree(shapes[(trial + i) % 4], rng));
+    for (int i = 0; i < nb; ++i) {
+      trees.push_back(RandomTree(shapes[(trial + i) % 4], rng, /*sampled=*/trial % 2 == 1));
+    }
     const std::vector<PlanSequence> batch = Batch(nb);
     const VerifyCostModel v = Verify(3e-3, 2e-5, 1e-5 * (1 + trial % 5) * (1 + trial % 5));
     absl::StatusOr<PrunePlan> p = PruneTrees(batch, trees, acc, v, 1e-3, {});
