@@ -1,0 +1,63 @@
+#include "core/tokenizer/chat_template.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "core/tokenizer/chat_template_internal.h"
+
+namespace treespec {
+
+using chat_template_internal::Program;
+
+absl::Status ChatTemplateLimits::Validate() const {
+  if (max_nesting < 1) return absl::InvalidArgumentError(absl::StrCat("max_nesting must be >= 1, got ", max_nesting));
+  if (max_output_bytes < 1) return absl::InvalidArgumentError(absl::StrCat("max_output_bytes must be >= 1, got ", max_output_bytes));
+  if (max_loop_iterations < 0) return absl::InvalidArgumentError(absl::StrCat("max_loop_iterations must be >= 0, got ", max_loop_iterations));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ChatTemplate> ChatTemplate::Parse(absl::string_view source, ChatTemplateLimits limits) {
+  if (auto s = limits.Validate(); !s.ok()) return s;
+  auto program = std::make_shared<Program>();
+  program->limits = limits;
+  // Jinja normalizes newlines and drops one trailing newline (keep_trailing_newline off).
+  std::string& text = program->source.text;
+  text.reserve(source.size());
+  for (size_t i = 0; i < source.size(); ++i) {
+    if (source[i] == '\r') {
+      text.push_back('\n');
+      if (i + 1 < source.size() && source[i + 1] == '\n') ++i;
+    } else {
+      text.push_back(source[i]);
+    }
+  }
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  auto tokens = chat_template_internal::Lex(program->source);
+  if (!tokens.ok()) return tokens.status();
+  auto body = chat_template_internal::ParseTokens(program->source, *tokens, limits.max_nesting);
+  if (!body.ok()) return body.status();
+  program->body = std::move(*body);
+  return ChatTemplate(std::move(program));
+}
+
+absl::StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& context) const {
+  if (!context.is_object()) return absl::InvalidArgumentError("chat template context must be an object");
+  return chat_template_internal::RenderProgram(*program_, context);
+}
+
+absl::StatusOr<std::string> ApplyChatTemplate(const ChatTemplate& chat_template,
+                                              absl::Span<const ChatMessage> messages,
+                                              const ChatTemplateVars& vars) {
+  nlohmann::ordered_json context = nlohmann::ordered_json::object();
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const ChatMessage& m : messages) list.push_back({{"role", m.role}, {"content", m.content}});
+  context["messages"] = std::move(list);
+  context["tools"] = nullptr;
+  context["documents"] = nullptr;
+  context["add_generation_prompt"] = vars.add_generation_prompt;
+  context["bos_token"] = vars.bos_token;
+  context["eos_token"] = vars.eos_token;
+  return chat_template.Render(context);
+}
+
+}  // namespace treespec

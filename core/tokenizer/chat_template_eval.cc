@@ -1,0 +1,593 @@
+// Renders a parsed template: statements write into one output string, expressions
+// evaluate to values with Python/Jinja semantics. Scoping follows Jinja: each loop
+// iteration has its own scope (a `set` inside a loop is gone after it; namespace()
+// objects carry state out), `if` has none.
+#include <cmath>
+#include <string>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "core/tokenizer/chat_template_internal.h"
+
+namespace treespec::chat_template_internal {
+namespace {
+
+class Renderer {
+ public:
+  Renderer(const Program& program, const Value& context)
+      : prog_(program), limits_{program.limits.max_output_bytes} {
+    scopes_.emplace_back();
+    if (context.is_object()) {
+      for (auto it = context.begin(); it != context.end(); ++it) scopes_[0][it.key()] = it.value();
+    }
+    scopes_.emplace_back();
+  }
+
+  absl::StatusOr<std::string> Run() {
+    if (auto s = ExecBody(prog_.body); !s.ok()) return s;
+    return out_;
+  }
+
+ private:
+  enum class Flow { kNormal, kBreak, kContinue };
+
+  absl::Status Fail(size_t pos, absl::string_view message) const {
+    return prog_.source.Error(pos, message);
+  }
+  absl::Status Wrap(size_t pos, const absl::Status& s) const {
+    return s.ok() ? s : Fail(pos, s.message());
+  }
+
+  absl::Status Append(size_t pos, absl::string_view text) {
+    if (static_cast<int64_t>(out_.size() + text.size()) > prog_.limits.max_output_bytes) {
+      return Fail(pos, absl::StrCat("output longer than ", prog_.limits.max_output_bytes, " bytes"));
+    }
+    out_.append(text.data(), text.size());
+    return absl::OkStatus();
+  }
+
+  absl::Status ExecBody(const std::vector<Node>& body) {
+    for (const Node& node : body) {
+      if (auto s = Exec(node); !s.ok()) return s;
+      if (flow_ != Flow::kNormal) return absl::OkStatus();
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Exec(const Node& node) {
+    switch (node.kind) {
+      case NodeKind::kText:
+        return Append(node.pos, node.text);
+      case NodeKind::kOutput: {
+        auto v = Eval(*node.expr);
+        if (!v.ok()) return v.status();
+        return Append(node.pos, ToStr(*v));
+      }
+      case NodeKind::kIf:
+        for (const Node::Branch& branch : node.branches) {
+          bool take = true;
+          if (branch.cond) {
+            auto c = Eval(*branch.cond);
+            if (!c.ok()) return c.status();
+            take = Truthy(*c);
+          }
+          if (take) return ExecBody(branch.body);
+        }
+        return absl::OkStatus();
+      case NodeKind::kFor:
+        return ExecFor(node);
+      case NodeKind::kSet: {
+        auto v = Eval(*node.expr);
+        if (!v.ok()) return v.status();
+        scopes_.back()[node.targets[0]] = std::move(*v);
+        return absl::OkStatus();
+      }
+      case NodeKind::kSetAttr: {
+        auto v = Eval(*node.expr);
+        if (!v.ok()) return v.status();
+        Value* target = Lookup(node.targets[0]);
+        if (target == nullptr || !target->is_object()) {
+          return Fail(node.pos, absl::StrCat("cannot assign attribute '", node.targets[1],
+                                             "' on '", node.targets[0],
+                                             "': not a namespace object"));
+        }
+        (*target)[node.targets[1]] = std::move(*v);
+        return absl::OkStatus();
+      }
+      case NodeKind::kBreak:
+        flow_ = Flow::kBreak;
+        return absl::OkStatus();
+      case NodeKind::kContinue:
+        flow_ = Flow::kContinue;
+        return absl::OkStatus();
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<Value>> Iterate(size_t pos, const Value& v) const {
+    std::vector<Value> items;
+    if (IsUndefined(v)) return items;
+    if (v.is_array()) {
+      items.assign(v.begin(), v.end());
+    } else if (v.is_object()) {
+      for (auto it = v.begin(); it != v.end(); ++it) items.emplace_back(it.key());
+    } else if (v.is_string()) {
+      const std::string& s = v.get_ref<const std::string&>();
+      std::vector<size_t> off = CodePointOffsets(s);
+      for (size_t i = 0; i + 1 < off.size(); ++i) items.emplace_back(s.substr(off[i], off[i + 1] - off[i]));
+    } else {
+      return Fail(pos, absl::StrCat("'", TypeName(v), "' object is not iterable"));
+    }
+    return items;
+  }
+
+  absl::Status Bind(size_t pos, const std::vector<std::string>& targets, const Value& item) {
+    if (targets.size() == 1) {
+      scopes_.back()[targets[0]] = item;
+      return absl::OkStatus();
+    }
+    if (!item.is_array() || item.size() != targets.size()) {
+      return Fail(pos, absl::StrCat("cannot unpack ", TypeName(item), " into ", targets.size(),
+                                    " loop variables"));
+    }
+    for (size_t i = 0; i < targets.size(); ++i) scopes_.back()[targets[i]] = item[i];
+    return absl::OkStatus();
+  }
+
+  absl::Status ExecFor(const Node& node) {
+    auto iterable = Eval(*node.expr);
+    if (!iterable.ok()) return iterable.status();
+    auto all = Iterate(node.expr->pos, *iterable);
+    if (!all.ok()) return all.status();
+    std::vector<Value> items;
+    for (Value& item : *all) {
+      if (node.filter) {
+        scopes_.emplace_back();
+        absl::Status s = Bind(node.pos, node.targets, item);
+        absl::StatusOr<Value> keep = s.ok() ? Eval(*node.filter) : absl::StatusOr<Value>(s);
+        scopes_.pop_back();
+        if (!keep.ok()) return keep.status();
+        if (!Truthy(*keep)) continue;
+      }
+      items.push_back(std::move(item));
+    }
+    const int64_t n = items.size();
+    for (int64_t i = 0; i < n; ++i) {
+      if (++iterations_ > prog_.limits.max_loop_iterations) {
+        return Fail(node.pos, absl::StrCat("more than ", prog_.limits.max_loop_iterations,
+                                           " loop iterations"));
+      }
+      scopes_.emplace_back();
+      Value loop = Value::object();
+      loop["index0"] = i;
+      loop["index"] = i + 1;
+      loop["revindex0"] = n - i - 1;
+      loop["revindex"] = n - i;
+      loop["first"] = i == 0;
+      loop["last"] = i == n - 1;
+      loop["length"] = n;
+      loop["previtem"] = i > 0 ? items[i - 1] : Undefined();
+      loop["nextitem"] = i + 1 < n ? items[i + 1] : Undefined();
+      scopes_.back()["loop"] = std::move(loop);
+      absl::Status s = Bind(node.pos, node.targets, items[i]);
+      if (s.ok()) s = ExecBody(node.branches[0].body);
+      scopes_.pop_back();
+      if (!s.ok()) return s;
+      Flow flow = flow_;
+      flow_ = Flow::kNormal;
+      if (flow == Flow::kBreak) break;
+    }
+    if (n == 0 && node.branches.size() > 1) return ExecBody(node.branches[1].body);
+    return absl::OkStatus();
+  }
+
+  Value* Lookup(const std::string& name) {
+    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
+      auto found = it->find(name);
+      if (found != it->end()) return &found->second;
+    }
+    return nullptr;
+  }
+
+  absl::StatusOr<std::vector<Value>> EvalArgs(const Expr& e, size_t first) {
+    std::vector<Value> out;
+    for (size_t i = first; i < e.args.size(); ++i) {
+      auto v = Eval(*e.args[i]);
+      if (!v.ok()) return v.status();
+      out.push_back(std::move(*v));
+    }
+    return out;
+  }
+
+  absl::StatusOr<Kwargs> EvalKwargs(const Expr& e) {
+    Kwargs out;
+    for (const auto& [key, expr] : e.kwargs) {
+      auto v = Eval(*expr);
+      if (!v.ok()) return v.status();
+      out.emplace_back(key, std::move(*v));
+    }
+    return out;
+  }
+
+  static std::string Describe(const Expr& e) {
+    if (e.kind == ExprKind::kName) return absl::StrCat("'", e.name, "'");
+    if (e.kind == ExprKind::kAttr) return absl::StrCat("attribute '", e.name, "'");
+    return "value";
+  }
+
+  absl::StatusOr<Value> Eval(const Expr& e) {
+    switch (e.kind) {
+      case ExprKind::kLiteral:
+        return e.literal;
+      case ExprKind::kName: {
+        Value* v = Lookup(e.name);
+        return v ? *v : Undefined();
+      }
+      case ExprKind::kList: {
+        auto items = EvalArgs(e, 0);
+        if (!items.ok()) return items.status();
+        Value list = Value::array();
+        for (Value& v : *items) list.push_back(std::move(v));
+        return list;
+      }
+      case ExprKind::kDict: {
+        auto items = EvalArgs(e, 0);
+        if (!items.ok()) return items.status();
+        Value dict = Value::object();
+        for (size_t i = 0; i + 1 < items->size(); i += 2) {
+          const Value& key = (*items)[i];
+          if (!key.is_string()) return Fail(e.args[i]->pos, "dict keys must be strings");
+          dict[key.get<std::string>()] = std::move((*items)[i + 1]);
+        }
+        return dict;
+      }
+      case ExprKind::kAttr: {
+        auto obj = Eval(*e.args[0]);
+        if (!obj.ok()) return obj.status();
+        if (IsUndefined(*obj)) {
+          return Fail(e.pos, absl::StrCat(Describe(*e.args[0]), " is undefined (reading '.",
+                                          e.name, "')"));
+        }
+        if (obj->is_object()) {
+          auto it = obj->find(e.name);
+          if (it != obj->end()) return *it;
+        }
+        return Undefined();
+      }
+      case ExprKind::kItem:
+        return EvalItem(e);
+      case ExprKind::kSlice:
+        return EvalSlice(e);
+      case ExprKind::kCall:
+        return EvalCall(e);
+      case ExprKind::kFilter: {
+        auto args = EvalArgs(e, 0);
+        if (!args.ok()) return args.status();
+        auto kwargs = EvalKwargs(e);
+        if (!kwargs.ok()) return kwargs.status();
+        Value input = std::move((*args)[0]);
+        args->erase(args->begin());
+        auto r = CallFilter(e.name, input, *args, *kwargs, limits_);
+        if (!r.ok()) return Wrap(e.pos, r.status());
+        return r;
+      }
+      case ExprKind::kTest: {
+        auto args = EvalArgs(e, 0);
+        if (!args.ok()) return args.status();
+        Value input = std::move((*args)[0]);
+        args->erase(args->begin());
+        auto r = CallTest(e.name, input, *args);
+        if (!r.ok()) return Wrap(e.pos, r.status());
+        return Value(*r != e.negate);
+      }
+      case ExprKind::kUnary: {
+        auto v = Eval(*e.args[0]);
+        if (!v.ok()) return v.status();
+        if (e.name == "not") return Value(!Truthy(*v));
+        if (!IsNumber(*v)) {
+          return Fail(e.pos, absl::StrCat("bad operand type for unary ", e.name, ": '",
+                                          TypeName(*v), "'"));
+        }
+        if (e.name == "+") return v->is_boolean() ? Value(v->get<bool>() ? 1 : 0) : *v;
+        if (v->is_number_float()) return Value(-v->get<double>());
+        int64_t x = v->is_boolean() ? v->get<bool>() : v->get<int64_t>();
+        if (x == INT64_MIN) return Fail(e.pos, "integer overflow");
+        return Value(-x);
+      }
+      case ExprKind::kAnd: {
+        auto a = Eval(*e.args[0]);
+        if (!a.ok() || !Truthy(*a)) return a;
+        return Eval(*e.args[1]);
+      }
+      case ExprKind::kOr: {
+        auto a = Eval(*e.args[0]);
+        if (!a.ok() || Truthy(*a)) return a;
+        return Eval(*e.args[1]);
+      }
+      case ExprKind::kCondition: {
+        auto c = Eval(*e.args[1]);
+        if (!c.ok()) return c.status();
+        if (Truthy(*c)) return Eval(*e.args[0]);
+        if (e.args[2]) return Eval(*e.args[2]);
+        return Undefined();
+      }
+      case ExprKind::kBinary:
+        return EvalBinary(e);
+    }
+    return Fail(e.pos, "unknown expression");
+  }
+
+  absl::StatusOr<Value> EvalItem(const Expr& e) {
+    auto obj = Eval(*e.args[0]);
+    if (!obj.ok()) return obj.status();
+    auto key = Eval(*e.args[1]);
+    if (!key.ok()) return key.status();
+    if (IsUndefined(*obj)) {
+      return Fail(e.pos, absl::StrCat(Describe(*e.args[0]), " is undefined (reading [",
+                                      Repr(*key), "])"));
+    }
+    if (obj->is_object()) {
+      if (!key->is_string()) return Undefined();
+      auto it = obj->find(key->get<std::string>());
+      return it != obj->end() ? *it : Undefined();
+    }
+    if ((obj->is_array() || obj->is_string()) && key->is_number_integer()) {
+      int64_t i = key->get<int64_t>();
+      if (obj->is_array()) {
+        int64_t n = obj->size();
+        if (i < 0) i += n;
+        if (i < 0 || i >= n) return Undefined();
+        return (*obj)[i];
+      }
+      const std::string& s = obj->get_ref<const std::string&>();
+      std::vector<size_t> off = CodePointOffsets(s);
+      int64_t n = off.size() - 1;
+      if (i < 0) i += n;
+      if (i < 0 || i >= n) return Undefined();
+      return Value(s.substr(off[i], off[i + 1] - off[i]));
+    }
+    return Undefined();
+  }
+
+  absl::StatusOr<Value> EvalSlice(const Expr& e) {
+    auto obj = Eval(*e.args[0]);
+    if (!obj.ok()) return obj.status();
+    int64_t parts[3];
+    bool given[3];
+    for (int k = 0; k < 3; ++k) {
+      given[k] = false;
+      if (!e.args[k + 1]) continue;
+      auto v = Eval(*e.args[k + 1]);
+      if (!v.ok()) return v.status();
+      if (v->is_null()) continue;
+      if (!v->is_number_integer()) {
+        return Fail(e.pos, absl::StrCat("slice indices must be integers or none, got '",
+                                        TypeName(*v), "'"));
+      }
+      parts[k] = v->get<int64_t>();
+      given[k] = true;
+    }
+    int64_t step = given[2] ? parts[2] : 1;
+    if (step == 0) return Fail(e.pos, "slice step cannot be zero");
+    std::vector<size_t> off;
+    int64_t n;
+    if (obj->is_array()) {
+      n = obj->size();
+    } else if (obj->is_string()) {
+      off = CodePointOffsets(obj->get_ref<const std::string&>());
+      n = off.size() - 1;
+    } else {
+      return Fail(e.pos, absl::StrCat("'", TypeName(*obj), "' object cannot be sliced"));
+    }
+    // Python's slice.indices().
+    auto clamp = [&](int64_t v, bool is_given, int64_t dflt) {
+      if (!is_given) return dflt;
+      if (v < 0) v += n;
+      if (step > 0) return std::clamp<int64_t>(v, 0, n);
+      return std::clamp<int64_t>(v, -1, n - 1);
+    };
+    int64_t start = clamp(parts[0], given[0], step > 0 ? 0 : n - 1);
+    int64_t stop = clamp(parts[1], given[1], step > 0 ? n : -1);
+    std::vector<int64_t> idx;
+    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) idx.push_back(i);
+    if (obj->is_array()) {
+      Value out = Value::array();
+      for (int64_t i : idx) out.push_back((*obj)[i]);
+      return out;
+    }
+    const std::string& s = obj->get_ref<const std::string&>();
+    std::string out;
+    for (int64_t i : idx) out.append(s, off[i], off[i + 1] - off[i]);
+    return Value(std::move(out));
+  }
+
+  absl::StatusOr<Value> EvalCall(const Expr& e) {
+    const Expr& callee = *e.args[0];
+    auto args = EvalArgs(e, 1);
+    if (!args.ok()) return args.status();
+    auto kwargs = EvalKwargs(e);
+    if (!kwargs.ok()) return kwargs.status();
+    if (callee.kind == ExprKind::kAttr) {
+      auto obj = Eval(*callee.args[0]);
+      if (!obj.ok()) return obj.status();
+      if (IsUndefined(*obj)) {
+        return Fail(e.pos, absl::StrCat(Describe(*callee.args[0]), " is undefined (calling '.",
+                                        callee.name, "()')"));
+      }
+      auto r = CallMethod(*obj, callee.name, *args, *kwargs);
+      if (!r.ok()) return Wrap(e.pos, r.status());
+      return r;
+    }
+    if (callee.kind == ExprKind::kName && Lookup(callee.name) == nullptr) {
+      if (callee.name == "raise_exception") {
+        std::string message = args->empty() ? "" : ToStr((*args)[0]);
+        return Fail(e.pos, absl::StrCat("raise_exception: ", message));
+      }
+      if (IsGlobalFunction(callee.name)) {
+        auto r = CallGlobal(callee.name, *args, *kwargs, limits_);
+        if (!r.ok()) return Wrap(e.pos, r.status());
+        return r;
+      }
+      return Fail(e.pos, absl::StrCat("'", callee.name, "' is undefined (called as a function)"));
+    }
+    return Fail(e.pos, absl::StrCat(Describe(callee), " is not callable"));
+  }
+
+  absl::Status CheckSize(size_t pos, size_t bytes) const {
+    if (static_cast<int64_t>(bytes) > limits_.max_bytes) {
+      return Fail(pos, absl::StrCat("value longer than ", limits_.max_bytes, " bytes"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<Value> EvalBinary(const Expr& e) {
+    auto a_or = Eval(*e.args[0]);
+    if (!a_or.ok()) return a_or.status();
+    auto b_or = Eval(*e.args[1]);
+    if (!b_or.ok()) return b_or.status();
+    const Value& a = *a_or;
+    const Value& b = *b_or;
+    const std::string& op = e.name;
+    if (op == "~") {
+      std::string s = ToStr(a) + ToStr(b);
+      if (auto st = CheckSize(e.pos, s.size()); !st.ok()) return st;
+      return Value(std::move(s));
+    }
+    if (op == "==") return Value(Equal(a, b));
+    if (op == "!=") return Value(!Equal(a, b));
+    if (op == "in" || op == "notin") {
+      bool found = false;
+      if (b.is_string()) {
+        if (!a.is_string()) {
+          return Fail(e.pos, absl::StrCat("'in <string>' requires string as left operand, not '",
+                                          TypeName(a), "'"));
+        }
+        found = b.get_ref<const std::string&>().find(a.get_ref<const std::string&>()) !=
+                std::string::npos;
+      } else if (b.is_array()) {
+        for (const Value& item : b) found = found || Equal(a, item);
+      } else if (b.is_object()) {
+        found = a.is_string() && b.contains(a.get<std::string>());
+      } else if (!IsUndefined(b)) {
+        return Fail(e.pos, absl::StrCat("argument of type '", TypeName(b), "' is not iterable"));
+      }
+      return Value(found == (op == "in"));
+    }
+    if (IsUndefined(a) || IsUndefined(b)) {
+      return Fail(e.pos, absl::StrCat(Describe(*e.args[IsUndefined(a) ? 0 : 1]),
+                                      " is undefined (operand of '", op, "')"));
+    }
+    if (op == "<" || op == "<=" || op == ">" || op == ">=") {
+      bool ok = true;
+      bool r = op == "<"    ? Less(a, b, &ok)
+               : op == ">"  ? Less(b, a, &ok)
+               : op == "<=" ? !Less(b, a, &ok)
+                            : !Less(a, b, &ok);
+      if (!ok) {
+        return Fail(e.pos, absl::StrCat("'", op, "' not supported between '", TypeName(a),
+                                        "' and '", TypeName(b), "'"));
+      }
+      return Value(r);
+    }
+    auto type_error = [&]() {
+      return Fail(e.pos, absl::StrCat("unsupported operand types for ", op, ": '", TypeName(a),
+                                      "' and '", TypeName(b), "'"));
+    };
+    if (op == "+") {
+      if (a.is_string() && b.is_string()) {
+        std::string s = a.get<std::string>() + b.get<std::string>();
+        if (auto st = CheckSize(e.pos, s.size()); !st.ok()) return st;
+        return Value(std::move(s));
+      }
+      if (a.is_array() && b.is_array()) {
+        if (auto st = CheckSize(e.pos, a.size() + b.size()); !st.ok()) return st;
+        Value out = a;
+        for (const Value& v : b) out.push_back(v);
+        return out;
+      }
+    }
+    if (op == "*") {
+      const Value* seq = a.is_string() || a.is_array() ? &a : b.is_string() || b.is_array() ? &b : nullptr;
+      const Value* count = seq == &a ? &b : &a;
+      if (seq != nullptr && (count->is_number_integer() || count->is_boolean())) {
+        int64_t k = count->is_boolean() ? count->get<bool>() : count->get<int64_t>();
+        k = std::max<int64_t>(k, 0);
+        size_t unit = seq->is_string() ? seq->get_ref<const std::string&>().size() : seq->size();
+        if (unit > 0 && k > limits_.max_bytes / static_cast<int64_t>(unit)) {
+          return CheckSize(e.pos, limits_.max_bytes + 1);
+        }
+        if (seq->is_string()) {
+          std::string s;
+          for (int64_t i = 0; i < k; ++i) s += seq->get_ref<const std::string&>();
+          return Value(std::move(s));
+        }
+        Value out = Value::array();
+        for (int64_t i = 0; i < k; ++i) {
+          for (const Value& v : *seq) out.push_back(v);
+        }
+        return out;
+      }
+    }
+    if (op == "%" && a.is_string()) return Fail(e.pos, "string formatting with '%' is not supported");
+    if (!IsNumber(a) || !IsNumber(b)) return type_error();
+    bool ints = !a.is_number_float() && !b.is_number_float();
+    if (ints && op != "/") {
+      int64_t x = a.is_boolean() ? a.get<bool>() : a.get<int64_t>();
+      int64_t y = b.is_boolean() ? b.get<bool>() : b.get<int64_t>();
+      int64_t r = 0;
+      bool overflow = false;
+      if (op == "+") overflow = __builtin_add_overflow(x, y, &r);
+      else if (op == "-") overflow = __builtin_sub_overflow(x, y, &r);
+      else if (op == "*") overflow = __builtin_mul_overflow(x, y, &r);
+      else if (op == "//" || op == "%") {
+        if (y == 0) return Fail(e.pos, "integer division or modulo by zero");
+        if (x == INT64_MIN && y == -1) return Fail(e.pos, "integer overflow");
+        int64_t q = x / y, m = x % y;
+        if (m != 0 && ((m < 0) != (y < 0))) {
+          --q;
+          m += y;
+        }
+        r = op == "//" ? q : m;
+      } else if (op == "**") {
+        if (y < 0) return Value(std::pow(static_cast<double>(x), static_cast<double>(y)));
+        r = 1;
+        for (int64_t i = 0; i < y && !overflow; ++i) {
+          overflow = __builtin_mul_overflow(r, x, &r);
+          if (r == 0 || r == 1) break;
+        }
+        if (x == -1) r = (y % 2) ? -1 : 1;
+      }
+      if (overflow) return Fail(e.pos, absl::StrCat("integer overflow in '", op, "'"));
+      return Value(r);
+    }
+    double x = AsDouble(a), y = AsDouble(b);
+    if (op == "+") return Value(x + y);
+    if (op == "-") return Value(x - y);
+    if (op == "*") return Value(x * y);
+    if (y == 0 && (op == "/" || op == "//" || op == "%")) return Fail(e.pos, "division by zero");
+    if (op == "/") return Value(x / y);
+    if (op == "//") return Value(std::floor(x / y));
+    if (op == "%") {
+      double m = std::fmod(x, y);
+      if (m != 0 && ((m < 0) != (y < 0))) m += y;
+      return Value(m);
+    }
+    if (op == "**") return Value(std::pow(x, y));
+    return type_error();
+  }
+
+  const Program& prog_;
+  CallLimits limits_;
+  std::vector<std::unordered_map<std::string, Value>> scopes_;
+  std::string out_;
+  Flow flow_ = Flow::kNormal;
+  int64_t iterations_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::string> RenderProgram(const Program& program, const Value& context) {
+  return Renderer(program, context).Run();
+}
+
+}  // namespace treespec::chat_template_internal
