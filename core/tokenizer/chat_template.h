@@ -21,7 +21,7 @@
 // newline of the template dropped, undefined values print as "" and fail in arithmetic,
 // `tojson` is json.dumps(ensure_ascii=False). Not supported (a parse error naming the
 // tag): macros, call blocks, filter blocks, {% raw %}, set blocks, includes, extends.
-// upper/lower/title/capitalize change ASCII letters only.
+// upper/lower use full Unicode case mapping (ICU); title/capitalize change ASCII letters only.
 //
 // A parsed ChatTemplate is immutable; Render is const and safe to call from many
 // threads at once.

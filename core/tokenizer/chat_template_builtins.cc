@@ -2,8 +2,12 @@
 // subset, each with the Python/Jinja behaviour transformers' environment has.
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <ctime>
 #include <string>
+
+#include <unicode/locid.h>
+#include <unicode/unistr.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -42,6 +46,18 @@ std::string AsciiMap(std::string s, int (*f)(int)) {
     if (static_cast<unsigned char>(c) < 0x80) c = static_cast<char>(f(static_cast<unsigned char>(c)));
   }
   return s;
+}
+
+// Python str.upper() / str.lower(): full Unicode case mapping (ICU, root locale).
+std::string UpperCase(const std::string& s) {
+  std::string out;
+  icu::UnicodeString::fromUTF8(s).toUpper(icu::Locale::getRoot()).toUTF8String(out);
+  return out;
+}
+std::string LowerCase(const std::string& s) {
+  std::string out;
+  icu::UnicodeString::fromUTF8(s).toLower(icu::Locale::getRoot()).toUTF8String(out);
+  return out;
 }
 
 std::string Capitalize(const std::string& s) {
@@ -179,8 +195,8 @@ absl::StatusOr<Value> CallFilter(const std::string& name, const Value& input,
     if (input.is_array() || input.is_object()) return Value(static_cast<int64_t>(input.size()));
     return Bad(absl::StrCat("object of type '", TypeName(input), "' has no len()"));
   }
-  if (name == "upper") return Value(AsciiMap(ToStr(input), [](int c) { return std::toupper(c); }));
-  if (name == "lower") return Value(AsciiMap(ToStr(input), [](int c) { return std::tolower(c); }));
+  if (name == "upper") return Value(UpperCase(ToStr(input)));
+  if (name == "lower") return Value(LowerCase(ToStr(input)));
   if (name == "capitalize") return Value(Capitalize(ToStr(input)));
   if (name == "title") return Value(Title(ToStr(input)));
   if (name == "string") return Value(ToStr(input));
@@ -273,8 +289,15 @@ absl::StatusOr<bool> CallTest(const std::string& name, const Value& input,
     return IsUndefined(input) || input.is_string() || input.is_array() || input.is_object();
   }
   if (name == "odd" || name == "even" || name == "divisibleby") {
-    if (!input.is_number_integer()) return Bad(absl::StrCat("test '", name, "' needs an integer"));
-    int64_t v = input.get<int64_t>();
+    if (!IsNumber(input)) return Bad(absl::StrCat("test '", name, "' needs a number, got '", TypeName(input), "'"));
+    if (!input.is_number_integer() && !input.is_boolean()) {
+      double m = std::fmod(AsDouble(input), 2.0);
+      if (m < 0) m += 2.0;
+      if (name == "odd") return m == 1.0;
+      if (name == "even") return m == 0.0;
+      return Bad("divisibleby needs an integer");
+    }
+    int64_t v = input.is_boolean() ? input.get<bool>() : input.get<int64_t>();
     if (name == "odd") return v % 2 != 0;
     if (name == "even") return v % 2 == 0;
     if (args.empty() || !args[0].is_number_integer() || args[0].get<int64_t>() == 0) {
@@ -319,8 +342,8 @@ absl::StatusOr<Value> CallMethod(const Value& obj, const std::string& name,
       if (sep.is_string() && sep.get_ref<const std::string&>().empty()) return Bad("split: empty separator");
       return Split(s, sep, maxsplit.is_number_integer() ? maxsplit.get<int64_t>() : -1);
     }
-    if (name == "upper") return Value(AsciiMap(s, [](int c) { return std::toupper(c); }));
-    if (name == "lower") return Value(AsciiMap(s, [](int c) { return std::tolower(c); }));
+    if (name == "upper") return Value(UpperCase(s));
+    if (name == "lower") return Value(LowerCase(s));
     if (name == "title") return Value(Title(s));
     if (name == "capitalize") return Value(Capitalize(s));
     if (name == "replace") {
@@ -375,7 +398,7 @@ absl::StatusOr<Value> CallGlobal(const std::string& name, const std::vector<Valu
     if (step == 0) return Bad("range() step must not be zero");
     Value out = Value::array();
     for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-      if (static_cast<int64_t>(out.size()) >= limits.max_bytes / 8) return Bad("range() too long");
+      if (static_cast<int64_t>(out.size()) >= limits.max_bytes) return Bad("range() too long");
       out.push_back(i);
       if ((step > 0 && i > INT64_MAX - step) || (step < 0 && i < INT64_MIN - step)) break;
     }

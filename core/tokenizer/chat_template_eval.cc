@@ -528,7 +528,11 @@ class Renderer {
         return out;
       }
     }
-    if (op == "%" && a.is_string()) return Fail(e.pos, "string formatting with '%' is not supported");
+    if (op == "%" && a.is_string()) {
+      // Python formats a string without conversions against a mapping as itself.
+      if (b.is_object() && a.get_ref<const std::string&>().find('%') == std::string::npos) return a;
+      return Fail(e.pos, "string formatting with '%' is not supported");
+    }
     if (!IsNumber(a) || !IsNumber(b)) return type_error();
     bool ints = !a.is_number_float() && !b.is_number_float();
     if (ints && op != "/") {

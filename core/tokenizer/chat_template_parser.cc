@@ -81,7 +81,7 @@ class Parser {
       const Token& t = Cur();
       if (t.kind == TokKind::kEof) {
         if (ends.size() != 0) {
-          return src_.Error(t.pos, absl::StrCat("missing '{% ", *ends.begin(), " %}'"));
+          return src_.Error(t.pos, absl::StrCat("missing '{% ", *(ends.end() - 1), " %}'"));
         }
         return body;
       }
@@ -151,7 +151,7 @@ class Parser {
     if (auto s = ExpectBlockEnd("for"); !s.ok()) return s;
     std::string end;
     ++loop_depth_;
-    auto body = ParseBody({"endfor", "else"}, &end);
+    auto body = ParseBody({"else", "endfor"}, &end);
     --loop_depth_;
     if (!body.ok()) return body.status();
     n.branches.push_back(Node::Branch{nullptr, std::move(*body)});
@@ -520,8 +520,8 @@ class Parser {
   // Arguments `(a, b, k=v)` appended to `call`.
   absl::Status ParseArgs(Expr* call) {
     if (auto s = ExpectOp("("); !s.ok()) return s;
-    while (!IsOp(")")) {
-      if (!call->args.empty() || !call->kwargs.empty()) {
+    for (bool first = true; !IsOp(")"); first = false) {
+      if (!first) {
         if (auto s = ExpectOp(","); !s.ok()) return s;
         if (IsOp(")")) break;
       }
@@ -542,8 +542,8 @@ class Parser {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<ExprPtr> ParseCall(ExprPtr callee, size_t pos) {
-    auto call = MakeExpr(ExprKind::kCall, pos);
+  absl::StatusOr<ExprPtr> ParseCall(ExprPtr callee, size_t /*pos*/) {
+    auto call = MakeExpr(ExprKind::kCall, callee->pos);
     call->args.push_back(std::move(callee));
     if (auto s = ParseArgs(call.get()); !s.ok()) return s;
     return call;
