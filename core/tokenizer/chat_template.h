@@ -21,7 +21,9 @@
 // newline of the template dropped, undefined values print as "" and fail in arithmetic,
 // `tojson` is json.dumps(ensure_ascii=False). Not supported (a parse error naming the
 // tag): macros, call blocks, filter blocks, {% raw %}, set blocks, includes, extends.
-// upper/lower use full Unicode case mapping (ICU); title/capitalize change ASCII letters only.
+// upper/lower/capitalize use Unicode case mapping (ICU); title changes ASCII letters only.
+// Not Python: '%' string formatting, dict views and tuples (items() gives lists),
+// methods as values (`'a'.index` is undefined), reverse gives a list.
 //
 // A parsed ChatTemplate is immutable; Render is const and safe to call from many
 // threads at once.

@@ -41,13 +41,6 @@ absl::Status CheckArity(absl::string_view what, const std::vector<Value>& args, 
   return absl::OkStatus();
 }
 
-std::string AsciiMap(std::string s, int (*f)(int)) {
-  for (char& c : s) {
-    if (static_cast<unsigned char>(c) < 0x80) c = static_cast<char>(f(static_cast<unsigned char>(c)));
-  }
-  return s;
-}
-
 // Python str.upper() / str.lower(): full Unicode case mapping (ICU, root locale).
 std::string UpperCase(const std::string& s) {
   std::string out;
@@ -60,10 +53,11 @@ std::string LowerCase(const std::string& s) {
   return out;
 }
 
+// Python str.capitalize(): the first code point upper-cased, the rest lower-cased.
 std::string Capitalize(const std::string& s) {
-  std::string out = AsciiMap(s, [](int c) { return std::tolower(c); });
-  if (!out.empty() && static_cast<unsigned char>(out[0]) < 0x80) out[0] = std::toupper(out[0]);
-  return out;
+  std::vector<size_t> off = CodePointOffsets(s);
+  if (off.size() < 2) return s;
+  return UpperCase(s.substr(0, off[1])) + LowerCase(s.substr(off[1]));
 }
 
 std::string Title(const std::string& s) {

@@ -376,8 +376,11 @@ class Renderer {
     } else if (obj->is_string()) {
       off = CodePointOffsets(obj->get_ref<const std::string&>());
       n = off.size() - 1;
+    } else if (IsUndefined(*obj)) {
+      return Fail(e.pos, absl::StrCat(Describe(*e.args[0]), " is undefined (sliced)"));
     } else {
-      return Fail(e.pos, absl::StrCat("'", TypeName(*obj), "' object cannot be sliced"));
+      // Jinja compiles slices to plain Python subscripts, which raise here.
+      return Fail(e.pos, absl::StrCat("'", TypeName(*obj), "' object is not subscriptable by a slice"));
     }
     // Python's slice.indices().
     auto clamp = [&](int64_t v, bool is_given, int64_t dflt) {
@@ -467,6 +470,9 @@ class Renderer {
       } else if (b.is_array()) {
         for (const Value& item : b) found = found || Equal(a, item);
       } else if (b.is_object()) {
+        if (a.is_array() || a.is_object()) {
+          return Fail(e.pos, absl::StrCat("unhashable type: '", TypeName(a), "'"));
+        }
         found = a.is_string() && b.contains(a.get<std::string>());
       } else if (!IsUndefined(b)) {
         return Fail(e.pos, absl::StrCat("argument of type '", TypeName(b), "' is not iterable"));

@@ -183,7 +183,7 @@ absl::Status JsonDump(const Value& v, int indent, bool sort_keys, int level, std
 }  // namespace
 
 std::string Repr(const Value& v) {
-  if (IsUndefined(v)) return "";
+  if (IsUndefined(v)) return "Undefined";
   if (v.is_null()) return "None";
   if (v.is_boolean()) return v.get<bool>() ? "True" : "False";
   if (v.is_number_float()) return FloatRepr(v.get<double>());
@@ -206,6 +206,7 @@ std::string Repr(const Value& v) {
 
 std::string ToStr(const Value& v) {
   if (v.is_string()) return v.get<std::string>();
+  if (IsUndefined(v)) return "";
   return Repr(v);
 }
 

@@ -23,6 +23,9 @@ Plus "fuzz" cases: random templates drawn from a grammar over the supported subs
 Usage (from the repository root):
   python3 -m venv /tmp/ct && /tmp/ct/bin/pip install jinja2 gguf
   /tmp/ct/bin/python tools/goldens/make_chat_template_goldens.py
+A wider differential sweep, not committed: CT_SEED=1 CT_N=3000 (same command), then
+build/tests/chat_template_test --gtest_filter='*Grammar*', then regenerate with the defaults.
+Seeds 1, 4 and 5 at 3000 cases each matched byte for byte when this was written.
 """
 import json
 import os
@@ -203,13 +206,14 @@ def rand_expr(r, depth=0):
             "'a'", '"b\\n"', "1", "2", "0", "-3", "2.5", "true", "false", "none", "[]", "[1, 'x']",
             "{'k': 'v'}", "messages", "messages[0]", "messages[-1]['content']", "m", "x",
             "messages[1:]", "messages[0].role", "loop.index0", "nope", "bos_token", "ns.v",
-            "add_generation_prompt", "'  pad  '", "'é'",
+            "add_generation_prompt", "'  pad  '", "'é'", "(loop.index0 % 2)", "(7 % -3)",
         ])
     k = r.randrange(12)
     a = rand_expr(r, depth + 1)
     b = rand_expr(r, depth + 1)
     if k == 0:
-        return "(%s %s %s)" % (a, r.choice(["+", "-", "*", "~", "//", "%", "/"]), b)
+        # No '%': on a string it is Python's printf formatting, not in the subset.
+        return "(%s %s %s)" % (a, r.choice(["+", "-", "*", "~", "//", "/"]), b)
     if k == 1:
         return "(%s %s %s)" % (a, r.choice(["==", "!=", "<", ">=", "in", "not in"]), b)
     if k == 2:
@@ -219,21 +223,27 @@ def rand_expr(r, depth=0):
     if k == 4:
         return "(%s | %s)" % (a, r.choice(["trim", "length", "tojson", "upper", "lower", "string",
                                            "first", "last", "list", "default('d')", "join('-')",
-                                           "tojson(indent=1)", "capitalize", "reverse"]))
+                                           "tojson(indent=1)", "capitalize", "reverse | list"]))
     if k == 5:
         return "(%s is %s)" % (a, r.choice(["defined", "not defined", "none", "string", "number",
                                             "mapping", "sequence", "odd", "even"]))
     if k == 6:
         return "(%s if %s else %s)" % (a, b, rand_expr(r, depth + 1))
     if k == 7:
-        return "%s[%s]" % (a, r.choice(["0", "-1", "1:", ":2", "::-1", "'role'", "'content'"]))
+        # jinja2 folds a slice of a literal it cannot slice to "" (an optimizer quirk),
+        # while the same slice of a variable raises; slice variables only.
+        sub = r.choice(["0", "-1", "1:", ":2", "::-1", "'role'", "'content'"])
+        if ":" in sub:
+            a = r.choice(["messages", "messages[0].role", "x", "bos_token", "m", "ns.v", "nope"])
+        return "%s[%s]" % (a, sub)
     if k == 8:
-        return "%s.%s" % (a, r.choice(["role", "content", "index", "first", "v"]))
+        return "%s.%s" % (a, r.choice(["role", "content", "length", "first", "v"]))
     if k == 9:
         return "[%s, %s]" % (a, b)
     if k == 10:
         return "(%s ~ %s)" % (a, b)
-    return "%s.%s()" % (a, r.choice(["strip", "upper", "split", "items", "keys"]))
+    # No items()/keys(): Python prints dict views and tuples, which the subset has not.
+    return "%s.%s()" % (a, r.choice(["strip", "upper", "split", "lower"]))
 
 
 def rand_block(r, depth=0):
@@ -291,10 +301,10 @@ def main():
                 case.update(render(env, t["source"], messages, agp))
                 cases.append(case)
 
-    r = random.Random(20261123)
+    r = random.Random(int(os.environ.get("CT_SEED", "20261123")))
     fuzz = []
     num_ok = 0
-    while len(fuzz) < 300:
+    while len(fuzz) < int(os.environ.get("CT_N", "300")):
         source = rand_block(r)
         conv = r.choice(list(CONVERSATIONS))
         prefix = "{% set ns = namespace(v=1) %}"
