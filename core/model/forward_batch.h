@@ -19,7 +19,7 @@ namespace treespec {
 enum class LogitsMode { kNone, kLast, kAll };
 
 struct ForwardSeq {
-  int64_t kv_seq = 0;
+  int64_t kv_seq = 0;  // the sequence's handle (SequenceModel::Open)
   std::vector<int32_t> tokens;
   std::vector<int32_t> parents;  // empty: chain; else [num_prior + tokens.size()]
   LogitsMode logits = LogitsMode::kLast;
@@ -30,7 +30,7 @@ struct ForwardOutput {
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   std::vector<float> logits;         // [num_rows, vocab]
-  std::vector<float> hidden;         // [num_rows, hidden] (final-norm output) if requested
+  std::vector<float> hidden;         // [layers asked for, num_rows, hidden] (ForwardOptions)
   std::vector<int32_t> row_start;    // [S + 1]: rows of sequence s are [row_start[s], row_start[s+1])
   const float* row_logits(int64_t row) const { return logits.data() + row * vocab_size; }
 };

@@ -51,14 +51,20 @@ class LlamaModel {
 
   // One forward pass. KV for every new token is written at the sequence's
   // positions [length, length + n) (reserve first); committing is the caller's.
+  // `hidden_layers`: layers whose output (residual stream, before the final
+  // norm) is returned for every logits row, out->hidden [layers, rows, D].
   absl::Status Forward(const std::vector<ForwardSeq>& seqs, PagedKvCache* cache,
-                       ForwardOutput* out, bool want_hidden = false);
+                       ForwardOutput* out, const std::vector<int32_t>& hidden_layers = {});
 
  private:
   struct Layer {
     Tensor ln1, w_qkv, w_o, ln2, w_gate_up, w_down;
   };
   LlamaModel() = default;
+  // Downloads rows `logit_rows` of x [T, D] for each request of `layer`.
+  absl::Status CopyHidden(int32_t layer, const std::vector<int32_t>& hidden_layers,
+                          const Tensor& x, const std::vector<int32_t>& logit_rows,
+                          ForwardOutput* out);
 
   LlamaConfig config_;
   Backend* backend_ = nullptr;
