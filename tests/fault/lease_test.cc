@@ -50,12 +50,15 @@ TEST(LeaseTest, DeadCoordinatorsSequencesAreReleasedWithinTheLease) {
   auto gen_stub = v1::Generation::NewStub(MakeChannel((*coordinator)->address(), {}));
   const int64_t blocks_idle = WorkerInfo(worker_stub.get()).kv_blocks_used();
 
-  // Kill the coordinator from the stream's reader once the first tokens
-  // arrived: the stream (240 tokens) is far from done.
+  // Kill the coordinator from the stream's reader after a few speculative
+  // steps (so the drafter holds the sequence too): the stream (240 tokens)
+  // is far from done.
   std::atomic<bool> killed{false};
   GenerateOptions options;
-  options.on_chunk = [&](const GenerateResult&) {
-    if (!killed.exchange(true)) (*coordinator)->Stop(SIGKILL, milliseconds(5000));
+  options.on_chunk = [&](const GenerateResult& so_far) {
+    if (so_far.num_chunks >= 4 && !killed.exchange(true)) {
+      (*coordinator)->Stop(SIGKILL, milliseconds(5000));
+    }
   };
   GenerateResult r = RunGenerate(gen_stub.get(), MakeRequest(TestPrompt(1), 240, "mamba", "3,2,1"),
                                  options);
