@@ -234,9 +234,18 @@ std::vector<StepOutcome> TargetRunner::Verify(const std::vector<StepSpec>& steps
     batch_index.push_back(i);
     batch_seq.push_back(*seq);
   }
+  // A batch verified greedily only needs each row's argmax, computed on the
+  // device: no logits leave it.
+  ForwardOptions options;
+  options.argmax_only = !batch.empty();
+  for (size_t b = 0; b < batch.size(); ++b) {
+    if (modes[batch_index[b]] != VerifyMode::kGreedy && !batch_seq[b]->sampling.greedy()) {
+      options.argmax_only = false;
+    }
+  }
   const int64_t t0 = NowNs();
   ForwardOutput fo;
-  absl::Status st = batch.empty() ? absl::OkStatus() : model_->Forward(batch, &fo);
+  absl::Status st = batch.empty() ? absl::OkStatus() : model_->Forward(batch, &fo, options);
   const int64_t t1 = NowNs();
   const int64_t V = model_->info().vocab_size;
   for (size_t b = 0; b < batch.size(); ++b) {
@@ -247,10 +256,12 @@ std::vector<StepOutcome> TargetRunner::Verify(const std::vector<StepSpec>& steps
       o.status = st;
       continue;
     }
-    VerifyResult r = treespec::Verify(modes[batch_index[b]], s.tree, fo.row_logits(fo.row_start[b]),
-                                      V, seq.sampling,
-                                      RngKey{seq.seed, RngStream::kVerify,
-                                             static_cast<uint32_t>(s.step), 0});
+    VerifyResult r =
+        options.argmax_only
+            ? VerifyGreedyArgmax(s.tree, fo.argmax.data() + fo.row_start[b])
+            : treespec::Verify(modes[batch_index[b]], s.tree, fo.row_logits(fo.row_start[b]), V,
+                               seq.sampling,
+                               RngKey{seq.seed, RngStream::kVerify, static_cast<uint32_t>(s.step), 0});
     o.status = model_->CommitPath(seq.handle, r.path);
     if (!o.status.ok()) continue;
     o.tokens = r.NewTokens();

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/spec/sampling.h"
 #include "core/spec/tree_packing.h"
 #include "core/util/status_macros.h"
 
@@ -118,8 +119,8 @@ KvCacheOptions LlamaModel::KvOptions(int64_t num_blocks, int64_t block_size) con
 }
 
 absl::Status LlamaModel::Forward(const std::vector<ForwardSeq>& seqs, PagedKvCache* cache,
-                                 ForwardOutput* out,
-                                 const std::vector<int32_t>& hidden_layers) {
+                                 ForwardOutput* out, const ForwardOptions& options) {
+  const std::vector<int32_t>& hidden_layers = options.hidden_layers;
   const int64_t D = config_.hidden_size, Dh = config_.head_dim, V = config_.vocab_size;
   for (size_t k = 0; k < hidden_layers.size(); ++k) {
     if (hidden_layers[k] < 0 || hidden_layers[k] >= config_.num_layers) {
@@ -178,6 +179,7 @@ absl::Status LlamaModel::Forward(const std::vector<ForwardSeq>& seqs, PagedKvCac
   out->vocab_size = V;
   out->hidden_size = D;
   out->hidden.assign(hidden_layers.size() * logit_rows.size() * D, 0.0f);
+  out->argmax.clear();
   if (T == 0) {
     out->logits.clear();
     return absl::OkStatus();
@@ -224,26 +226,40 @@ absl::Status LlamaModel::Forward(const std::vector<ForwardSeq>& seqs, PagedKvCac
   }
 
   const int64_t R = static_cast<int64_t>(logit_rows.size());
-  out->logits.assign(R * V, 0.0f);
+  out->logits.clear();
   if (R == 0) return absl::OkStatus();
   TS_ASSIGN_OR_RETURN(Tensor xo, workspace_.Get(7, {R, D}));
   TS_RETURN_IF_ERROR(be->GatherRows(x, logit_rows, &xo));
   TS_RETURN_IF_ERROR(be->RmsNorm(xo, norm_, eps, &xo));
   TS_ASSIGN_OR_RETURN(Tensor logits, workspace_.Get(8, {R, vocab_shard_}));
   TS_RETURN_IF_ERROR(be->Linear(xo, lm_head_, &logits));
-  if (!tp) {
-    TS_RETURN_IF_ERROR(be->DownloadF32(logits, out->logits.data()));
-  } else {
-    TS_ASSIGN_OR_RETURN(Tensor gathered, workspace_.Get(9, {shard_.size, R, vocab_shard_}));
-    TS_RETURN_IF_ERROR(comm_->AllGather(logits, &gathered));
-    std::vector<float> host(static_cast<size_t>(shard_.size) * R * vocab_shard_);
-    TS_RETURN_IF_ERROR(be->DownloadF32(gathered, host.data()));
-    for (int rk = 0; rk < shard_.size; ++rk) {
-      for (int64_t row = 0; row < R; ++row) {
-        std::memcpy(out->logits.data() + row * V + rk * vocab_shard_,
-                    host.data() + (rk * R + row) * vocab_shard_, sizeof(float) * vocab_shard_);
-      }
+  return OutputLogits(logits, R, options.argmax_only, out);
+}
+
+absl::Status LlamaModel::OutputLogits(Tensor& logits, int64_t R, bool argmax_only,
+                                      ForwardOutput* out) {
+  Backend* be = backend_;
+  const int64_t V = config_.vocab_size;
+  if (shard_.size == 1) {
+    if (argmax_only) return be->ArgmaxRows(logits, &out->argmax);
+    out->logits.assign(R * V, 0.0f);
+    return be->DownloadF32(logits, out->logits.data());
+  }
+  out->logits.assign(R * V, 0.0f);
+  TS_ASSIGN_OR_RETURN(Tensor gathered, workspace_.Get(9, {shard_.size, R, vocab_shard_}));
+  TS_RETURN_IF_ERROR(comm_->AllGather(logits, &gathered));
+  std::vector<float> host(static_cast<size_t>(shard_.size) * R * vocab_shard_);
+  TS_RETURN_IF_ERROR(be->DownloadF32(gathered, host.data()));
+  for (int rk = 0; rk < shard_.size; ++rk) {
+    for (int64_t row = 0; row < R; ++row) {
+      std::memcpy(out->logits.data() + row * V + rk * vocab_shard_,
+                  host.data() + (rk * R + row) * vocab_shard_, sizeof(float) * vocab_shard_);
     }
+  }
+  if (argmax_only) {
+    // The shards' rows are only whole on the host here.
+    for (int64_t row = 0; row < R; ++row) out->argmax.push_back(Argmax(out->row_logits(row), V));
+    out->logits.clear();
   }
   return absl::OkStatus();
 }

@@ -51,10 +51,9 @@ class LlamaModel {
 
   // One forward pass. KV for every new token is written at the sequence's
   // positions [length, length + n) (reserve first); committing is the caller's.
-  // `hidden_layers`: layers whose output (residual stream, before the final
-  // norm) is returned for every logits row, out->hidden [layers, rows, D].
+  // `options`: hidden states of chosen layers, argmax only (forward_batch.h).
   absl::Status Forward(const std::vector<ForwardSeq>& seqs, PagedKvCache* cache,
-                       ForwardOutput* out, const std::vector<int32_t>& hidden_layers = {});
+                       ForwardOutput* out, const ForwardOptions& options = {});
 
  private:
   struct Layer {
@@ -65,6 +64,8 @@ class LlamaModel {
   absl::Status CopyHidden(int32_t layer, const std::vector<int32_t>& hidden_layers,
                           const Tensor& x, const std::vector<int32_t>& logit_rows,
                           ForwardOutput* out);
+  // logits [R, vocab_shard] of this rank -> out->logits or out->argmax.
+  absl::Status OutputLogits(Tensor& logits, int64_t R, bool argmax_only, ForwardOutput* out);
 
   LlamaConfig config_;
   Backend* backend_ = nullptr;

@@ -33,7 +33,7 @@ absl::StatusOr<int64_t> LlamaSequenceModel::Open(int64_t capacity) {
 
 absl::Status LlamaSequenceModel::Forward(const std::vector<ForwardSeq>& seqs, ForwardOutput* out,
                                          const ForwardOptions& options) {
-  return model_->Forward(seqs, cache_.get(), out, options.hidden_layers);
+  return model_->Forward(seqs, cache_.get(), out, options);
 }
 
 absl::Status LlamaSequenceModel::Commit(int64_t handle, int64_t n) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "core/spec/sampling.h"
 #include "core/spec/tree_packing.h"
 #include "core/util/status_macros.h"
 
@@ -98,17 +99,13 @@ absl::Status MambaSequenceModel::RunRound(const std::vector<Feed>& feeds,
   return absl::OkStatus();
 }
 
-absl::Status MambaSequenceModel::Forward(const std::vector<ForwardSeq>& seqs, ForwardOutput* out,
-                                         const ForwardOptions& options) {
-  if (!options.hidden_layers.empty()) {
-    return absl::UnimplementedError("mamba: hidden states of layers are not available");
-  }
+absl::Status MambaSequenceModel::CheckForward(const std::vector<ForwardSeq>& seqs,
+                                              std::vector<Seq*>* state) {
   const int64_t V = info_.vocab_size;
-  // Everything is checked before any state changes.
-  std::vector<Seq*> state(seqs.size());
+  state->assign(seqs.size(), nullptr);
   for (size_t si = 0; si < seqs.size(); ++si) {
     const ForwardSeq& fs = seqs[si];
-    TS_ASSIGN_OR_RETURN(state[si], Get(fs.kv_seq));
+    TS_ASSIGN_OR_RETURN((*state)[si], Get(fs.kv_seq));
     for (int32_t t : fs.tokens) {
       if (t < 0 || t >= V) {
         return absl::InvalidArgumentError(
@@ -134,7 +131,7 @@ absl::Status MambaSequenceModel::Forward(const std::vector<ForwardSeq>& seqs, Fo
     }
     PackedTree packed;
     TS_RETURN_IF_ERROR(PackTree(fs.parents, &packed));
-    const std::vector<int32_t>& had = state[si]->parents;
+    const std::vector<int32_t>& had = (*state)[si]->parents;
     if (fs.num_prior > 0 &&
         (static_cast<int32_t>(had.size()) < fs.num_prior ||
          !std::equal(had.begin(), had.begin() + fs.num_prior, fs.parents.begin()))) {
@@ -142,6 +139,18 @@ absl::Status MambaSequenceModel::Forward(const std::vector<ForwardSeq>& seqs, Fo
           "mamba: the ", fs.num_prior, " prior nodes were not written by an earlier tree pass"));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status MambaSequenceModel::Forward(const std::vector<ForwardSeq>& seqs, ForwardOutput* out,
+                                         const ForwardOptions& options) {
+  if (!options.hidden_layers.empty()) {
+    return absl::UnimplementedError("mamba: hidden states of layers are not available");
+  }
+  const int64_t V = info_.vocab_size;
+  // Everything is checked before any state changes.
+  std::vector<Seq*> state;
+  TS_RETURN_IF_ERROR(CheckForward(seqs, &state));
   std::vector<std::vector<float>> rows(seqs.size());
   std::vector<int32_t> num_rows(seqs.size(), 0);
   std::vector<std::vector<Feed>> rounds(1);
@@ -178,6 +187,13 @@ absl::Status MambaSequenceModel::Forward(const std::vector<ForwardSeq>& seqs, Fo
   for (size_t si = 0; si < seqs.size(); ++si) {
     out->logits.insert(out->logits.end(), rows[si].begin(), rows[si].end());
     out->row_start.push_back(out->row_start.back() + num_rows[si]);
+  }
+  out->argmax.clear();
+  if (options.argmax_only) {
+    for (int32_t r = 0; r < out->row_start.back(); ++r) {
+      out->argmax.push_back(Argmax(out->row_logits(r), V));
+    }
+    out->logits.clear();
   }
   return absl::OkStatus();
 }

@@ -62,6 +62,8 @@ class MambaSequenceModel final : public SequenceModel {
   };
   MambaSequenceModel() = default;
   absl::StatusOr<Seq*> Get(int64_t handle);
+  // Validates a Forward batch; out: each sequence's state.
+  absl::Status CheckForward(const std::vector<ForwardSeq>& seqs, std::vector<Seq*>* state);
   // Adds the feeds of tree sequence `s` (index si) to `rounds` by depth.
   absl::Status PlanTree(const ForwardSeq& fs, size_t si, Seq* s,
                         std::vector<std::vector<Feed>>* rounds, int32_t* num_rows);

@@ -64,13 +64,6 @@ struct SequenceSnapshot {
   std::vector<float> data;
 };
 
-struct ForwardOptions {
-  // Hidden states to return for every logits row, by layer index in
-  // [0, num_layers): the residual stream after that layer, before the final
-  // norm. out->hidden is [layers.size(), rows, hidden_size] in this order.
-  std::vector<int32_t> hidden_layers;
-};
-
 class SequenceModel {
  public:
   virtual ~SequenceModel() = default;

@@ -9,7 +9,8 @@
 //    errors; a recurrent model commits a chain whole;
 //  - Mamba snapshots, restores and copies state; Llama says UNIMPLEMENTED;
 //  - Llama returns the hidden states of requested layers: the last layer's,
-//    through the final norm and the LM head, reproduces the logits.
+//    through the final norm and the LM head, reproduces the logits;
+//  - argmax_only returns each logits row's argmax (on the device) and no logits.
 #include "core/model/sequence_model.h"
 
 #include <cmath>
@@ -20,6 +21,7 @@
 #include "core/model/config.h"
 #include "core/model/mamba_sequence_model.h"
 #include "core/model/safetensors.h"
+#include "core/spec/sampling.h"
 #include "core/tensor/backend.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -272,6 +274,23 @@ TEST_P(SequenceModelTest, LastHiddenStateThroughNormAndHeadGivesTheLogits) {
   st = model_->Forward({{h, {12}, {}, LogitsMode::kLast}}, &fo, opts);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
   EXPECT_THAT(st.message(), HasSubstr("hidden_layers[0]"));
+}
+
+TEST_P(SequenceModelTest, ArgmaxOnlyGivesEachRowsArgmax) {
+  const int64_t h = OpenWith(kPrompt);
+  const int64_t other = OpenWith({3, 4});
+  const std::vector<ForwardSeq> batch = {{h, kTree, kParents, LogitsMode::kAll},
+                                         {other, {9}, {}, LogitsMode::kLast}};
+  ForwardOutput full;
+  ASSERT_TRUE(model_->Forward(batch, &full).ok());
+  ForwardOptions opts;
+  opts.argmax_only = true;
+  ForwardOutput ids;
+  ASSERT_TRUE(model_->Forward(batch, &ids, opts).ok());
+  EXPECT_TRUE(ids.logits.empty());
+  EXPECT_EQ(ids.row_start, full.row_start);
+  ASSERT_EQ(ids.argmax.size(), 7u);
+  for (int r = 0; r < 7; ++r) EXPECT_EQ(ids.argmax[r], Argmax(full.row_logits(r), kV)) << "row " << r;
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, SequenceModelTest, ::testing::Values("tiny_llama_gqa", "tiny_mamba"),
