@@ -1,6 +1,6 @@
-// Drafters without gRPC (MambaDrafter on tiny_mamba, TransformerDrafter on
-// tiny_llama_gqa), checked against the drafter model run directly
-// (LocalModel):
+// Drafters without gRPC (kind mamba on tiny_mamba, kind transformer on
+// tiny_llama_gqa: one ModelDrafter over SequenceModel), checked against the
+// drafter model run directly (LocalModel):
 //  - a shape (N1..Nγ) gives B_i = N1·…·Ni nodes at level i, N_i children
 //    under every node above the last level;
 //  - greedy trees hold each node's top-N tokens by the drafter's own logits;
