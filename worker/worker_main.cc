@@ -16,7 +16,9 @@
 #include "absl/synchronization/mutex.h"
 #include "core/model/config.h"
 #include "core/model/llama.h"
+#include "core/model/sequence_model.h"
 #include "core/tensor/backend.h"
+#include "core/util/periodic.h"
 #include "rpc/observability.h"
 #include "rpc/server.h"
 #include "rpc/service_main.h"
@@ -27,7 +29,7 @@
 #include "worker/target_runner.h"
 #include "worker/worker_service.h"
 
-ABSL_FLAG(std::string, model, "", "Hugging Face model directory of the target (Llama family)");
+ABSL_FLAG(std::string, model, "", "Hugging Face model directory of the target (Llama family or Mamba)");
 ABSL_FLAG(std::string, listen, "127.0.0.1:0", "HOST:PORT to serve gRPC on (port 0: any free port)");
 ABSL_FLAG(std::string, device, "cpu", "Backend: cpu, cpu:THREADS, cuda, cuda:N, cuda:N:bf16");
 ABSL_FLAG(int64_t, kv_blocks, 0, "KV cache blocks of --kv_block_size tokens (0: from --kv_tokens)");
@@ -36,6 +38,11 @@ ABSL_FLAG(int64_t, kv_block_size, 16, "Tokens per KV cache block");
 ABSL_FLAG(int64_t, max_context, 2048, "Longest prompt + completion per sequence");
 ABSL_FLAG(int64_t, max_tree_nodes, 128, "Largest token tree per sequence per step (root included)");
 ABSL_FLAG(int64_t, max_sequences, 256, "Most concurrently open sequences");
+ABSL_FLAG(int64_t, prefill_chunk_tokens, 256,
+          "Longest prompt piece prefilled at once; live streams' steps run between pieces");
+ABSL_FLAG(double, sequence_lease_s, 60,
+          "Seconds after its last Open/Verify that a sequence is released (its client is presumed "
+          "gone); 0: never");
 ABSL_FLAG(int32_t, shutdown_grace_s, 30, "Seconds in-flight calls may take after SIGTERM");
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate (enables TLS)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key");
@@ -96,16 +103,34 @@ TargetRunnerOptions RunnerOptions() {
   options.max_context = absl::GetFlag(FLAGS_max_context);
   options.max_tree_nodes = absl::GetFlag(FLAGS_max_tree_nodes);
   options.max_sequences = absl::GetFlag(FLAGS_max_sequences);
+  options.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk_tokens);
+  options.sequence_lease = absl::Seconds(absl::GetFlag(FLAGS_sequence_lease_s));
   return options;
 }
 
-absl::StatusOr<std::unique_ptr<PagedKvCache>> MakeCache(const LlamaModel& model, Backend* backend,
-                                                        int64_t* blocks_out) {
-  const int64_t block = absl::GetFlag(FLAGS_kv_block_size);
-  int64_t blocks = absl::GetFlag(FLAGS_kv_blocks);
-  if (blocks <= 0) blocks = (absl::GetFlag(FLAGS_kv_tokens) + block - 1) / std::max<int64_t>(block, 1);
-  *blocks_out = blocks;
-  return PagedKvCache::Create(model.KvOptions(blocks, block), backend);
+SequenceModelOptions ModelOptions() {
+  SequenceModelOptions o;
+  o.kv_block_size = absl::GetFlag(FLAGS_kv_block_size);
+  o.kv_blocks = absl::GetFlag(FLAGS_kv_blocks);
+  if (o.kv_blocks <= 0) {
+    o.kv_blocks = (absl::GetFlag(FLAGS_kv_tokens) + o.kv_block_size - 1) /
+                  std::max<int64_t>(o.kv_block_size, 1);
+  }
+  o.max_sequences = absl::GetFlag(FLAGS_max_sequences);
+  o.max_tail_nodes = absl::GetFlag(FLAGS_max_tree_nodes);
+  return o;
+}
+
+// Releases sequences whose lease ran out, a few times per lease.
+std::unique_ptr<Periodic> StartLeaseSweeper(TargetRunner* runner) {
+  const absl::Duration lease = runner->options().sequence_lease;
+  if (lease <= absl::ZeroDuration()) return nullptr;
+  const absl::Duration period = std::min(absl::Seconds(1), lease / 4);
+  return std::make_unique<Periodic>(period, [runner] {
+    if (int n = runner->ReleaseExpired(); n > 0) {
+      std::fprintf(stderr, "treespec-worker: released %d sequences whose lease expired\n", n);
+    }
+  });
 }
 
 WorkerIdentity Identity(const std::string& model_dir, const ModelConfig& mc, Backend* backend,
@@ -136,14 +161,12 @@ int Serve(grpc::Service* service, const std::function<void(grpc::Server*)>& on_s
 }
 
 int SingleRank(const std::string& model_dir, Backend* backend, const ModelConfig& mc) {
-  auto model = LlamaModel::Load(model_dir, backend);
+  auto model = LoadSequenceModel(model_dir, backend, nullptr, ModelOptions());
   if (!model.ok()) return Fail(model.status());
-  int64_t blocks = 0;
-  auto cache = MakeCache(**model, backend, &blocks);
-  if (!cache.ok()) return Fail(cache.status());
   TargetRunnerOptions options = RunnerOptions();
   if (absl::Status st = options.Validate(); !st.ok()) return Fail(st);
-  TargetRunner runner(model->get(), cache->get(), options);
+  TargetRunner runner(model->get(), options);
+  std::unique_ptr<Periodic> sweeper = StartLeaseSweeper(&runner);
   WorkerService service(&runner, Identity(model_dir, mc, backend, 1));
   return Serve(&service, nullptr, nullptr);
 }
@@ -166,6 +189,9 @@ int TensorParallel(const std::string& model_dir, Backend* backend, const ModelCo
   // Every rank refuses a model that does not split, before joining anyone.
   if (mc.arch == Architecture::kLlama) {
     if (absl::Status st = LlamaModel::CheckShardable(mc.llama, g.size); !st.ok()) return Fail(st);
+  } else {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--tp-size ", g.size, ": a ", mc.architecture_name, " target cannot be tensor-parallel")));
   }
   const int rank = g.rank;
   GroupHealth health(g.size);
@@ -185,15 +211,13 @@ int TensorParallel(const std::string& model_dir, Backend* backend, const ModelCo
   };
   auto group = JoinWorkerGroup(g, backend, rank == 0 ? &health : nullptr, announce, leader_lost);
   if (!group.ok()) return Fail(group.status());
-  auto model = LlamaModel::Load(model_dir, backend, (*group)->data());
+  const SequenceModelOptions model_options = ModelOptions();
+  auto model = LoadSequenceModel(model_dir, backend, (*group)->data(), model_options);
   if (!model.ok()) return Fail(model.status());
-  int64_t blocks = 0;
-  auto cache = MakeCache(**model, backend, &blocks);
-  if (!cache.ok()) return Fail(cache.status());
   const std::string fingerprint =
       absl::StrCat(Identity(model_dir, mc, backend, g.size).model, " vocab ",
-                   (*model)->config().vocab_size, " layers ", (*model)->config().num_layers,
-                   " kv ", blocks, "x", absl::GetFlag(FLAGS_kv_block_size));
+                   (*model)->info().vocab_size, " layers ", (*model)->info().num_layers, " kv ",
+                   model_options.kv_blocks, "x", model_options.kv_block_size);
   if (absl::Status st = AwaitGroupReady(group->get(), g, fingerprint, rank == 0 ? &health : nullptr);
       !st.ok()) {
     return Fail(st);
@@ -212,7 +236,7 @@ int TensorParallel(const std::string& model_dir, Backend* backend, const ModelCo
         ObservabilityOptions::FromFlags("treespec-worker", absl::GetFlag(FLAGS_listen), rank));
     if (!follower_obs.ok()) return Fail(follower_obs.status());
     (*follower_obs)->SetServing(true);
-    absl::Status st = RunFollower((*group)->control.get(), model->get(), cache->get());
+    absl::Status st = RunFollower((*group)->control.get(), model->get());
     follower_done.store(true);
     if (!st.ok()) {
       return Fail(absl::Status(st.code(), absl::StrCat("rank ", rank, ": ", st.message())));
@@ -223,9 +247,9 @@ int TensorParallel(const std::string& model_dir, Backend* backend, const ModelCo
   GroupLeaderOptions lo;
   lo.heartbeat_interval = g.HeartbeatInterval();
   lo.name_grace = g.collective_timeout;
-  GroupLeader leader((*group)->control.get(), (*group)->data(), model->get(), cache->get(), &health,
-                     lo);
-  TargetRunner runner(model->get(), cache->get(), options, &leader);
+  GroupLeader leader((*group)->control.get(), (*group)->data(), model->get(), &health, lo);
+  TargetRunner runner(&leader, options);
+  std::unique_ptr<Periodic> sweeper = StartLeaseSweeper(&runner);
   WorkerService inner(&runner, Identity(model_dir, mc, backend, g.size));
   GroupGatedWorkerService service(&inner, &health);
   RendezvousServer* store_server = (*group)->server.get();
