@@ -18,7 +18,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_plan.h"
 #include "kernels/cuda/convert.h"
-#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cublas_check.h"
 #include "kernels/cuda/device_allocator.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/fill_uniform.h"
@@ -94,6 +94,7 @@ class CudaBackend final : public Backend {
   }
 
   cudaStream_t stream() const { return stream_; }
+  void* NativeStream() override { return stream_; }
 
   DeviceKind device() const override { return DeviceKind::kCuda; }
   std::string name() const override {
