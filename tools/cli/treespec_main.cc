@@ -9,10 +9,12 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/util/cli_args.h"
 #include "nlohmann/json.hpp"
 #include "rpc/server.h"
+#include "rpc/status_convert.h"
 #include "treespec/v1/generation.grpc.pb.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "Coordinator address HOST:PORT");
@@ -40,6 +42,14 @@ int Usage() {
   return 2;
 }
 
+// "treespec: UNAVAILABLE: failed to connect ..." on stderr: the code by name.
+// Returns `exit_code`: 2 for a bad command line, 1 for a failed call.
+int Fail(const absl::Status& status, int exit_code) {
+  std::fprintf(stderr, "treespec: %s\n", status.ToString().c_str());
+  return exit_code;
+}
+int Fail(const grpc::Status& status) { return Fail(FromGrpc(status), 1); }
+
 const char* FinishName(v1::FinishReason r) {
   switch (r) {
     case v1::FINISH_REASON_LENGTH: return "length";
@@ -54,24 +64,26 @@ int Info(v1::Generation::Stub* stub) {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   v1::ModelInfo info;
   grpc::Status st = stub->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info);
-  if (!st.ok()) {
-    std::fprintf(stderr, "treespec: %s\n", st.error_message().c_str());
-    return 1;
-  }
+  if (!st.ok()) return Fail(st);
   std::printf("%s", info.DebugString().c_str());
   return 0;
 }
 
 int Generate(v1::Generation::Stub* stub) {
   v1::GenerateRequest req;
-  if (!absl::GetFlag(FLAGS_ids).empty()) {
-    for (absl::string_view p : absl::StrSplit(absl::GetFlag(FLAGS_ids), ',', absl::SkipWhitespace())) {
+  if (FlagGiven("ids")) {
+    const std::string text = absl::GetFlag(FLAGS_ids);
+    for (absl::string_view p : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
       int32_t v;
       if (!absl::SimpleAtoi(p, &v)) {
-        std::fprintf(stderr, "treespec: --ids: '%s' is not an integer\n", std::string(p).c_str());
-        return 2;
+        return Fail(absl::InvalidArgumentError(absl::StrCat("--ids: '", p, "' is not an integer")),
+                    2);
       }
       req.mutable_token_ids()->add_ids(v);
+    }
+    if (req.token_ids().ids().empty()) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat("--ids: no token ids in '", text, "'")),
+                  2);
     }
   } else {
     req.set_text(absl::GetFlag(FLAGS_prompt));
@@ -94,9 +106,9 @@ int Generate(v1::Generation::Stub* stub) {
   } else if (verify == "target_sampling") {
     sp->set_verification(v1::VERIFICATION_MODE_TARGET_SAMPLING);
   } else if (!verify.empty()) {
-    std::fprintf(stderr, "treespec: --verify: '%s' is not greedy, multiround or target_sampling\n",
-                 verify.c_str());
-    return 2;
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+                    "--verify: '", verify, "' is not greedy, multiround or target_sampling")),
+                2);
   }
   const bool json = absl::GetFlag(FLAGS_json);
   grpc::ClientContext ctx;
@@ -118,9 +130,7 @@ int Generate(v1::Generation::Stub* stub) {
   grpc::Status st = reader->Finish();
   if (!st.ok()) {
     if (!json) std::printf("\n");
-    std::fprintf(stderr, "treespec: %d %s\n", static_cast<int>(st.error_code()),
-                 st.error_message().c_str());
-    return 1;
+    return Fail(st);
   }
   const v1::SpeculationStats& spec = last.speculation();
   const double tok_s = last.timings().total_ns() > 0
