@@ -50,7 +50,9 @@ std::vector<double> BruteForce(const std::vector<float>& logits, const SamplingP
     for (int j = 0; j < n; ++j) rank[i] += beats(j, i) ? 1 : 0;
   }
   std::vector<long double> w(n);
-  for (int i = 0; i < n; ++i) w[i] = std::exp(static_cast<long double>(logits[i]) / params.temperature);
+  for (int i = 0; i < n; ++i) {
+    w[i] = std::exp(static_cast<long double>(logits[i]) / params.temperature);
+  }
   long double top_k_mass = 0;
   for (int i = 0; i < n; ++i) top_k_mass += rank[i] < k ? w[i] : 0;
   std::vector<bool> keep(n);
