@@ -133,6 +133,66 @@ int SingleRank(const std::string& model_dir, Backend* backend, const ModelConfig
   return Serve(&service, nullptr, nullptr);
 }
 
+// Rank > 0: follows rank 0's steps until it says stop. Serves no gRPC; its
+// health port and metrics say it is alive. Sets `done` once it has stopped.
+int Follow(WorkerGroup* group, LlamaModel* model, PagedKvCache* cache, int rank, int size,
+           std::atomic<bool>* done) {
+  // SIGTERM: keep following until rank 0 says stop, for at most the grace.
+  std::thread([] {
+    WaitForTerminationSignal();
+    std::this_thread::sleep_for(GetServiceFlags().shutdown_grace);
+    std::_Exit(0);
+  }).detach();
+  std::fprintf(stderr, "treespec-worker rank %d of %d: following rank 0\n", rank, size);
+  auto follower_obs = StartServiceObservability("treespec-worker", rank);
+  if (!follower_obs.ok()) return FailService(follower_obs.status());
+  (*follower_obs)->SetServing(true);
+  absl::Status st = RunFollower(group->control.get(), model, cache);
+  done->store(true);
+  if (!st.ok()) {
+    return FailService(absl::Status(st.code(), absl::StrCat("rank ", rank, ": ", st.message())));
+  }
+  return 0;
+}
+
+// Rank 0: leads the group's steps and serves gRPC; a failed group closes the
+// rendezvous sessions and reports NOT_SERVING.
+int Lead(WorkerGroup* group, const GroupOptions& g, LlamaModel* model, PagedKvCache* cache,
+         GroupHealth* health, const TargetRunnerOptions& options, WorkerIdentity identity) {
+  GroupLeaderOptions lo;
+  lo.heartbeat_interval = g.HeartbeatInterval();
+  lo.name_grace = g.collective_timeout;
+  GroupLeader leader(group->control.get(), group->data(), model, cache, health, lo);
+  TargetRunner runner(model, cache, options, &leader);
+  WorkerService inner(&runner, std::move(identity));
+  GroupGatedWorkerService service(&inner, health);
+  RendezvousServer* store_server = group->server.get();
+  // The failure callback may run on any thread, also while the server stops.
+  absl::Mutex serving_mu;
+  grpc::Server* serving = nullptr;
+  auto on_started = [&](grpc::Server* server) {
+    {
+      absl::MutexLock lock(&serving_mu);
+      serving = server;
+    }
+    health->OnFailure([&, store_server](const absl::Status& st) {
+      std::cerr << "treespec-worker rank 0: " << st.message() << "; reporting NOT_SERVING"
+                << std::endl;
+      store_server->CloseSessions();
+      absl::MutexLock lock(&serving_mu);
+      if (serving != nullptr) serving->GetHealthCheckService()->SetServingStatus(false);
+    });
+  };
+  auto after_drain = [&] {
+    {
+      absl::MutexLock lock(&serving_mu);
+      serving = nullptr;
+    }
+    leader.Shutdown();
+  };
+  return Serve(&service, on_started, after_drain);
+}
+
 int TensorParallel(const std::string& model_dir, Backend* backend, const ModelConfig& mc) {
   absl::StatusOr<int> tp_rank = TpRank();
   if (!tp_rank.ok()) return FailService(tp_rank.status());
@@ -186,58 +246,10 @@ int TensorParallel(const std::string& model_dir, Backend* backend, const ModelCo
   }
 
   if (rank > 0) {
-    // SIGTERM: keep following until rank 0 says stop, for at most the grace.
-    std::thread([] {
-      WaitForTerminationSignal();
-      std::this_thread::sleep_for(GetServiceFlags().shutdown_grace);
-      std::_Exit(0);
-    }).detach();
-    std::fprintf(stderr, "treespec-worker rank %d of %d: following rank 0\n", rank, g.size);
-    // A follower serves no gRPC; its health port and metrics say it is alive.
-    auto follower_obs = StartServiceObservability("treespec-worker", rank);
-    if (!follower_obs.ok()) return FailService(follower_obs.status());
-    (*follower_obs)->SetServing(true);
-    absl::Status st = RunFollower((*group)->control.get(), model->get(), cache->get());
-    follower_done.store(true);
-    if (!st.ok()) {
-      return FailService(absl::Status(st.code(), absl::StrCat("rank ", rank, ": ", st.message())));
-    }
-    return 0;
+    return Follow(group->get(), model->get(), cache->get(), rank, g.size, &follower_done);
   }
-
-  GroupLeaderOptions lo;
-  lo.heartbeat_interval = g.HeartbeatInterval();
-  lo.name_grace = g.collective_timeout;
-  GroupLeader leader((*group)->control.get(), (*group)->data(), model->get(), cache->get(), &health,
-                     lo);
-  TargetRunner runner(model->get(), cache->get(), options, &leader);
-  WorkerService inner(&runner, Identity(model_dir, mc, backend, g.size));
-  GroupGatedWorkerService service(&inner, &health);
-  RendezvousServer* store_server = (*group)->server.get();
-  // The failure callback may run on any thread, also while the server stops.
-  absl::Mutex serving_mu;
-  grpc::Server* serving = nullptr;
-  auto on_started = [&](grpc::Server* server) {
-    {
-      absl::MutexLock lock(&serving_mu);
-      serving = server;
-    }
-    health.OnFailure([&, store_server](const absl::Status& st) {
-      std::cerr << "treespec-worker rank 0: " << st.message() << "; reporting NOT_SERVING"
-                << std::endl;
-      store_server->CloseSessions();
-      absl::MutexLock lock(&serving_mu);
-      if (serving != nullptr) serving->GetHealthCheckService()->SetServingStatus(false);
-    });
-  };
-  auto after_drain = [&] {
-    {
-      absl::MutexLock lock(&serving_mu);
-      serving = nullptr;
-    }
-    leader.Shutdown();
-  };
-  return Serve(&service, on_started, after_drain);
+  return Lead(group->get(), g, model->get(), cache->get(), &health, options,
+              Identity(model_dir, mc, backend, g.size));
 }
 
 int Main() {
