@@ -1,9 +1,12 @@
 // treespec-coordinator: the public Generation endpoint.
+#include <cstdio>
+
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/generation_service.h"
+#include "coordinator/http_backend.h"
 #include "coordinator/telemetry.h"
 #include "rpc/server.h"
 #include "rpc/service_main.h"
@@ -26,6 +29,15 @@ ABSL_FLAG(int32_t, startup_timeout_s, 60, "How long to wait for a worker at star
 ABSL_FLAG(std::string, trace_steps, "spans",
           "Per-step tracing of sampled requests: spans (a draft and a verify span per step), "
           "events (step events on one decode span per sequence) or off");
+
+ABSL_FLAG(std::string, http_listen, "",
+          "Also serve the OpenAI-compatible HTTP API on HOST:PORT (/v1/completions, "
+          "/v1/chat/completions, /v1/models, /health); empty: off");
+ABSL_FLAG(std::string, chat_template, "",
+          "Jinja chat template file for /v1/chat/completions (default: the --tokenizer "
+          "directory's chat_template.jinja or tokenizer_config.json chat_template)");
+ABSL_FLAG(std::string, http_api_key, "",
+          "If set, HTTP requests need \"Authorization: Bearer KEY\" (else 401)");
 
 namespace treespec {
 namespace {
@@ -84,6 +96,19 @@ int Main() {
       StartServiceServer({&service}, obs->get(), {"/treespec.v1.Generation/Generate"});
   if (!server.ok()) return FailService(server.status());
   telemetry.RegisterGauges(coordinator->get());
+  CoordinatorHttpBackend http_backend(coordinator->get());
+  std::unique_ptr<HttpServer> http;
+  if (!absl::GetFlag(FLAGS_http_listen).empty()) {
+    auto options = HttpOptionsFromFiles(absl::GetFlag(FLAGS_http_listen), absl::GetFlag(FLAGS_tokenizer),
+                                        absl::GetFlag(FLAGS_chat_template));
+    if (!options.ok()) return FailService(options.status());
+    options->api_key = absl::GetFlag(FLAGS_http_api_key);
+    auto started = HttpServer::Start(&http_backend, std::move(*options));
+    if (!started.ok()) return FailService(started.status());
+    http = std::move(*started);
+    std::printf("OpenAI HTTP API on %s\n", absl::GetFlag(FLAGS_http_listen).c_str());
+    std::fflush(stdout);
+  }
   // After the drain, traces are flushed and the metrics endpoint stops before
   // the coordinator its gauges read goes away.
   return ServeUntilSignal(&*server, obs->get());

@@ -1,5 +1,7 @@
 #include "core/tokenizer/chat_template.h"
 
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -58,6 +60,44 @@ absl::StatusOr<std::string> ApplyChatTemplate(const ChatTemplate& chat_template,
   context["bos_token"] = vars.bos_token;
   context["eos_token"] = vars.eos_token;
   return chat_template.Render(context);
+}
+
+}  // namespace treespec
+
+namespace treespec {
+
+absl::StatusOr<std::optional<std::string>> ReadChatTemplate(const std::string& dir) {
+  auto read = [](const std::string& path) -> std::optional<std::string> {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return std::nullopt;
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  if (auto jinja = read(dir + "/chat_template.jinja")) return jinja;
+  const std::string path = dir + "/tokenizer_config.json";
+  auto text = read(path);
+  if (!text) return std::optional<std::string>();
+  nlohmann::json config = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded() || !config.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
+  }
+  if (!config.contains("chat_template") || config["chat_template"].is_null()) {
+    return std::optional<std::string>();
+  }
+  const nlohmann::json& t = config["chat_template"];
+  if (t.is_string()) return std::optional<std::string>(t.get<std::string>());
+  if (t.is_array()) {
+    for (const nlohmann::json& named : t) {
+      if (named.is_object() && named.value("name", "") == "default" && named.contains("template") &&
+          named["template"].is_string()) {
+        return std::optional<std::string>(named["template"].get<std::string>());
+      }
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      path, ": \"chat_template\" must be a string or a list with a {\"name\": \"default\", "
+            "\"template\": ...} entry, got ", t.dump().substr(0, 80)));
 }
 
 }  // namespace treespec

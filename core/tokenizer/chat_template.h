@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -89,5 +90,15 @@ struct ChatTemplateVars {
 absl::StatusOr<std::string> ApplyChatTemplate(const ChatTemplate& chat_template,
                                               absl::Span<const ChatMessage> messages,
                                               const ChatTemplateVars& vars);
+
+}  // namespace treespec
+
+namespace treespec {
+
+// The chat template of a Hugging Face model directory: chat_template.jinja if
+// present, else tokenizer_config.json's "chat_template" (a string, or a list of
+// {"name", "template"} from which "default" is taken). nullopt when the model
+// has none; INVALID_ARGUMENT naming the file and field when it is malformed.
+absl::StatusOr<std::optional<std::string>> ReadChatTemplate(const std::string& dir);
 
 }  // namespace treespec
