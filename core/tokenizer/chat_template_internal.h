@@ -140,6 +140,11 @@ absl::StatusOr<bool> CallTest(const std::string& name, const Value& input,
 // obj.name(args): str and dict methods.
 absl::StatusOr<Value> CallMethod(const Value& obj, const std::string& name,
                                  const std::vector<Value>& args, const Kwargs& kwargs);
+// a op b for the binary operators (chat_template_operators.cc); a_name / b_name
+// describe the operands in "'x' is undefined" errors.
+absl::StatusOr<Value> ApplyBinary(const std::string& op, const Value& a, const Value& b,
+                                  const std::string& a_name, const std::string& b_name,
+                                  int64_t max_bytes);
 // Global functions other than raise_exception (which the renderer handles).
 bool IsGlobalFunction(const std::string& name);
 absl::StatusOr<Value> CallGlobal(const std::string& name, const std::vector<Value>& args,

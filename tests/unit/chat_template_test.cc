@@ -13,6 +13,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/test_util.h"
 
 namespace treespec {
 namespace {
@@ -246,6 +247,42 @@ TEST(ChatTemplateFuzzTest, MutatedTemplatesNeverCrash) {
     }
   }
   EXPECT_GT(num_ok, 100);  // the mutations do not only produce syntax errors
+}
+
+}  // namespace
+}  // namespace treespec
+
+namespace treespec {
+namespace {
+
+void WriteFile(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+TEST(ReadChatTemplateTest, TokenizerConfigJinjaFileAndNamedTemplates) {
+  testing::TempDir dir;
+  auto none = ReadChatTemplate(dir.path());
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->has_value());  // no files at all
+  WriteFile(dir.path() + "/tokenizer_config.json", R"({"bos_token": "<s>"})");
+  none = ReadChatTemplate(dir.path());
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  WriteFile(dir.path() + "/tokenizer_config.json", R"({"chat_template": "{{ messages[0].content }}"})");
+  auto plain = ReadChatTemplate(dir.path());
+  ASSERT_TRUE(plain.ok() && plain->has_value());
+  EXPECT_EQ(**plain, "{{ messages[0].content }}");
+  WriteFile(dir.path() + "/tokenizer_config.json",
+            R"({"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]})");
+  auto named = ReadChatTemplate(dir.path());
+  ASSERT_TRUE(named.ok() && named->has_value());
+  EXPECT_EQ(**named, "D");
+  WriteFile(dir.path() + "/tokenizer_config.json", R"({"chat_template": 7})");
+  auto bad = ReadChatTemplate(dir.path());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("\"chat_template\" must be a string"));
+  WriteFile(dir.path() + "/chat_template.jinja", "J");  // newer transformers save it apart
+  auto jinja = ReadChatTemplate(dir.path());
+  ASSERT_TRUE(jinja.ok() && jinja->has_value());
+  EXPECT_EQ(**jinja, "J");
 }
 
 }  // namespace
