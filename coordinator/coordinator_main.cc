@@ -36,6 +36,8 @@ ABSL_FLAG(std::string, http_listen, "",
 ABSL_FLAG(std::string, chat_template, "",
           "Jinja chat template file for /v1/chat/completions (default: the --tokenizer "
           "directory's chat_template.jinja or tokenizer_config.json chat_template)");
+ABSL_FLAG(int32_t, http_threads, 32,
+          "HTTP connections served at once (a streamed request holds one)");
 ABSL_FLAG(std::string, http_api_key, "",
           "If set, HTTP requests need \"Authorization: Bearer KEY\" (else 401)");
 
@@ -103,6 +105,7 @@ int Main() {
                                         absl::GetFlag(FLAGS_chat_template));
     if (!options.ok()) return FailService(options.status());
     options->api_key = absl::GetFlag(FLAGS_http_api_key);
+    options->num_threads = absl::GetFlag(FLAGS_http_threads);
     auto started = HttpServer::Start(&http_backend, std::move(*options));
     if (!started.ok()) return FailService(started.status());
     http = std::move(*started);
