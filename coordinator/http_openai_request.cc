@@ -212,10 +212,13 @@ absl::StatusOr<Json> ParseBody(absl::string_view body) {
 
 }  // namespace
 
-absl::Status InvalidParam(absl::string_view param, absl::string_view message) {
-  absl::Status status = absl::InvalidArgumentError(message);
+absl::Status WithOpenAiParam(absl::Status status, absl::string_view param) {
   if (!param.empty()) status.SetPayload(kParamPayload, absl::Cord(param));
   return status;
+}
+
+absl::Status InvalidParam(absl::string_view param, absl::string_view message) {
+  return WithOpenAiParam(absl::InvalidArgumentError(message), param);
 }
 
 std::string OpenAiParam(const absl::Status& status) {

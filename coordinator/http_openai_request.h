@@ -50,6 +50,8 @@ absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view body);
 
 // INVALID_ARGUMENT for `param` with the "param" payload set.
 absl::Status InvalidParam(absl::string_view param, absl::string_view message);
+// `status` with the "param" payload set to `param`.
+absl::Status WithOpenAiParam(absl::Status status, absl::string_view param);
 // The "param" payload of a status, "" if none.
 std::string OpenAiParam(const absl::Status& status);
 

@@ -94,11 +94,10 @@ struct HttpServer::Impl {
     if (!req.ok()) return SendError(res, req.status());
     v1::ModelInfo info = backend->Info();
     if (!req->model.empty() && req->model != info.model()) {
-      absl::Status s = absl::NotFoundError(absl::StrCat("model \"", req->model,
-                                                        "\" not found; this server serves \"",
-                                                        info.model(), "\""));
-      s.SetPayload("treespec.dev/openai-param", absl::Cord("model"));
-      return SendError(res, s);
+      return SendError(res, WithOpenAiParam(absl::NotFoundError(absl::StrCat(
+                                                "model \"", req->model, "\" not found; this server "
+                                                "serves \"", info.model(), "\"")),
+                                            "model"));
     }
     if (req->echo && !req->prompt_text.has_value()) {
       return SendError(res, InvalidParam("echo", "'echo' is supported for text prompts only"));

@@ -164,6 +164,7 @@ TEST_F(HttpServerTest, ErrorsHaveOpenAiShapeAndCodes) {
   res = Post("/v1/completions", {{"prompt", "Hi"}, {"model", "gpt-4"}});
   EXPECT_EQ(res->status, 404);
   EXPECT_THAT(res->body, HasSubstr("gpt-4"));
+  EXPECT_EQ(Json::parse(res->body)["error"]["param"], "model");
   backend_.admit_ = absl::ResourceExhaustedError("queue full (64 waiting)");
   res = Post("/v1/completions", {{"prompt", "Hi"}});
   EXPECT_EQ(res->status, 429);
