@@ -205,11 +205,11 @@ std::vector<DraftItem> StepMachine::PlanDrafts() {
     s->rec.tree = chosen->ToString();
     const std::optional<TreeShape> shape = CapShape(*chosen, g.max_tokens - s->out->counted());
     if (!shape.has_value()) {
-      s->rec.draft = DraftOutcome::kBudget;
+      s->rec.draft = DraftVerdict::kBudget;
       continue;
     }
     if (s->drafter != Seq::Drafter::kOpen) {
-      s->rec.draft = DraftOutcome::kDrafterUnavailable;
+      s->rec.draft = DraftVerdict::kDrafterUnavailable;
       continue;
     }
     DraftItem d;
@@ -230,13 +230,13 @@ void StepMachine::ApplyDrafts(const absl::StatusOr<std::vector<DraftReply>>& rep
     Seq* s = Find(drafting_[i]);
     if (s == nullptr || s->done) continue;
     if (!replies.ok() || i >= replies->size()) {
-      s->rec.draft = DraftOutcome::kRpcFailed;
+      s->rec.draft = DraftVerdict::kRpcFailed;
       s->drafter = Seq::Drafter::kStale;
       continue;
     }
     const DraftReply& r = (*replies)[i];
     if (!r.status.ok()) {
-      s->rec.draft = DraftOutcome::kSequenceError;
+      s->rec.draft = DraftVerdict::kSequenceError;
       s->drafter = Seq::Drafter::kStale;
       continue;
     }
@@ -244,11 +244,11 @@ void StepMachine::ApplyDrafts(const absl::StatusOr<std::vector<DraftReply>>& rep
     s->drafter_step += 1;
     s->drafter_consumed = s->tokens.size();
     if (!r.tree_status.ok()) {
-      s->rec.draft = DraftOutcome::kInvalidTree;
+      s->rec.draft = DraftVerdict::kInvalidTree;
     } else if (r.num_nodes < 1 || r.root != s->tokens.back()) {
-      s->rec.draft = DraftOutcome::kRootMismatch;
+      s->rec.draft = DraftVerdict::kRootMismatch;
     } else {
-      s->rec.draft = DraftOutcome::kDrafted;
+      s->rec.draft = DraftVerdict::kDrafted;
       s->rec.nodes = r.num_nodes;
       s->tel.OnDraft(s->rec.tree, r.num_nodes);
     }
@@ -261,7 +261,7 @@ std::vector<VerifyItem> StepMachine::PlanVerify() {
   verifying_.clear();
   for (auto& s : seqs_) {
     if (s->done || s->worker != Seq::Worker::kLive) continue;
-    const bool drafted = s->rec.draft == DraftOutcome::kDrafted;
+    const bool drafted = s->rec.draft == DraftVerdict::kDrafted;
     if (!drafted) s->rec.nodes = 1;
     if (IsFallback(s->rec.draft)) s->tel.OnFallback(FallbackReason(s->rec.draft));
     if (IsDrafterError(s->rec.draft)) s->tel.OnDrafterError(FallbackReason(s->rec.draft));
@@ -301,7 +301,7 @@ void StepMachine::Commit(Seq* s, const VerifyReply& r) {
   StepRecord& rec = s->rec;
   s->worker_step += 1;
   rec.committed = static_cast<int32_t>(r.tokens.size());
-  const bool drafted = rec.draft == DraftOutcome::kDrafted;
+  const bool drafted = rec.draft == DraftVerdict::kDrafted;
   if (drafted) {
     rec.accepted = r.num_accepted;
     if (s->bandit.has_value() && rec.arm >= 0) s->bandit->Update(rec.arm, r.num_accepted + 1);

@@ -2,39 +2,39 @@
 
 namespace treespec {
 
-const char* FallbackReason(DraftOutcome outcome) {
+const char* FallbackReason(DraftVerdict outcome) {
   switch (outcome) {
-    case DraftOutcome::kBudget: return "budget";
-    case DraftOutcome::kDrafterUnavailable: return "drafter_unavailable";
-    case DraftOutcome::kRpcFailed: return "draft_rpc_failed";
-    case DraftOutcome::kSequenceError: return "draft_error";
-    case DraftOutcome::kInvalidTree: return "invalid_tree";
-    case DraftOutcome::kRootMismatch: return "root_mismatch";
-    case DraftOutcome::kNotAsked:
-    case DraftOutcome::kDrafted: return "";
+    case DraftVerdict::kBudget: return "budget";
+    case DraftVerdict::kDrafterUnavailable: return "drafter_unavailable";
+    case DraftVerdict::kRpcFailed: return "draft_rpc_failed";
+    case DraftVerdict::kSequenceError: return "draft_error";
+    case DraftVerdict::kInvalidTree: return "invalid_tree";
+    case DraftVerdict::kRootMismatch: return "root_mismatch";
+    case DraftVerdict::kNotAsked:
+    case DraftVerdict::kDrafted: return "";
   }
   return "";
 }
 
-bool IsFallback(DraftOutcome outcome) {
+bool IsFallback(DraftVerdict outcome) {
   switch (outcome) {
-    case DraftOutcome::kDrafterUnavailable:
-    case DraftOutcome::kRpcFailed:
-    case DraftOutcome::kSequenceError:
-    case DraftOutcome::kInvalidTree:
-    case DraftOutcome::kRootMismatch: return true;
+    case DraftVerdict::kDrafterUnavailable:
+    case DraftVerdict::kRpcFailed:
+    case DraftVerdict::kSequenceError:
+    case DraftVerdict::kInvalidTree:
+    case DraftVerdict::kRootMismatch: return true;
     default: return false;
   }
 }
 
-bool IsDrafterError(DraftOutcome outcome) {
-  return outcome == DraftOutcome::kRpcFailed || outcome == DraftOutcome::kSequenceError ||
-         outcome == DraftOutcome::kInvalidTree;
+bool IsDrafterError(DraftVerdict outcome) {
+  return outcome == DraftVerdict::kRpcFailed || outcome == DraftVerdict::kSequenceError ||
+         outcome == DraftVerdict::kInvalidTree;
 }
 
 void SpecTotals::Add(const StepRecord& r) {
   steps += 1;
-  if (r.draft == DraftOutcome::kDrafted) {
+  if (r.draft == DraftVerdict::kDrafted) {
     drafted += static_cast<int32_t>(r.nodes - 1);
     accepted += r.accepted;
     last_tree = r.tree;

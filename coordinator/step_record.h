@@ -14,7 +14,7 @@
 namespace treespec {
 
 // Why a step verified the tree it did.
-enum class DraftOutcome {
+enum class DraftVerdict {
   kNotAsked,            // the request decodes plainly (drafter "none" or no shape)
   kBudget,              // the token budget leaves no room for a draft
   kDrafterUnavailable,  // the sequence has no drafter state (opening, failed, reopening)
@@ -27,18 +27,18 @@ enum class DraftOutcome {
 
 // "", "budget", "drafter_unavailable", "draft_rpc_failed", "draft_error",
 // "invalid_tree", "root_mismatch", "" — the fallback reason in metrics/spans.
-const char* FallbackReason(DraftOutcome outcome);
+const char* FallbackReason(DraftVerdict outcome);
 // Whether the outcome is a fallback: a drafter was asked for and would have
 // been used, but the step ran without a tree.
-bool IsFallback(DraftOutcome outcome);
+bool IsFallback(DraftVerdict outcome);
 // Whether the outcome is the drafter's fault (counted as a drafter error).
-bool IsDrafterError(DraftOutcome outcome);
+bool IsDrafterError(DraftVerdict outcome);
 
 struct StepRecord {
   uint64_t step = 0;                   // the sequence's worker step (1-based)
   std::string tree;                    // chosen shape; "" when none was chosen
   int arm = -1;                        // bandit arm of `tree`; -1 for a fixed shape
-  DraftOutcome draft = DraftOutcome::kNotAsked;
+  DraftVerdict draft = DraftVerdict::kNotAsked;
   int64_t nodes = 1;                   // verified tree nodes, root included (1: plain)
   int32_t accepted = 0;                // drafted tokens the target accepted
   int32_t committed = 0;               // tokens committed (accepted + bonus)

@@ -257,12 +257,17 @@ TEST_F(LaneTest, BanditLearnsTheDeepestChainFromAcceptedLengths) {
 TEST_F(LaneTest, AdmissionDoesNotStopLiveStreams) {
   Start();
   worker_.verify_delay_ms = 2;
-  std::shared_ptr<RequestState> a = Submit(Request({1}, 2000, "none"));
+  // Both in the same lane (same worker and drafter).
+  std::shared_ptr<RequestState> a = Submit(Request({1}, 2000));
   while (worker_.num_verifies() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const int drafter_opens = drafter_.num_opened();
   worker_.HoldOpens(true);  // b's prefill takes as long as the test wants
   std::shared_ptr<RequestState> b = Submit(Request({2}, 10));
   ASSERT_TRUE(testing::Eventually([&] { return worker_.opens_in_flight() == 1; },
                                   std::chrono::seconds(5)));
+  EXPECT_TRUE(testing::Eventually([&] { return drafter_.num_opened() == drafter_opens + 1; },
+                                  std::chrono::seconds(5)))
+      << "the drafter's Open does not wait for the worker's";
   const int before = worker_.num_verifies();
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_GE(worker_.num_verifies() - before, 10) << "steps went on during the admission";
