@@ -7,9 +7,8 @@
 //
 // Admission never stalls live streams: a new request's worker Open (prefill
 // and first token) and drafter Open run in parallel on a small task pool, off
-// the step thread; the sequence joins the steps between two steps once its
-// worker Open returned (its first tokens may be plain steps while the drafter
-// is still opening). Releases run on the pool as well and are retried with
+// the step thread; the sequence streams its first token when the worker Open
+// returns and joins the steps between two steps once both Opens returned. Releases run on the pool as well and are retried with
 // back-off when they fail (release_queue.h).
 //
 // Failures: if the drafter fails or is unreachable, its sequences verify

@@ -14,7 +14,8 @@
 // one SpanData per sampled sequence per RPC (tools/bench/trace_bench.cc
 // measures it against step events).
 //
-// Thread-compatible: a sequence's telemetry is used by its lane thread only.
+// Thread-compatible: a sequence's telemetry is used by its lane thread only;
+// the Open RPCs, which run on the lane's task pool, trace through copies.
 #pragma once
 
 #include <chrono>

@@ -34,6 +34,9 @@ struct StepMachine::Seq {
   // Drafter side.
   Drafter drafter = Drafter::kNone;
   bool drafter_owned = false;
+  // The Open sent at admission has not returned: the sequence does not step
+  // yet, so that its trees (and a seeded sample) never depend on timing.
+  bool drafter_first_open = false;
   size_t drafter_consumed = 0;  // tokens the drafter's state has seen
   size_t drafter_open_len = 0;  // prompt length of the Open in flight
   uint64_t drafter_step = 1;
@@ -50,6 +53,10 @@ struct StepMachine::Seq {
 
 StepMachine::StepMachine(StepMachineOptions options) : options_(std::move(options)) {}
 StepMachine::~StepMachine() = default;
+
+bool StepMachine::Stepping(const Seq& s) {
+  return !s.done && s.worker == Seq::Worker::kLive && !s.drafter_first_open;
+}
 
 StepMachine::Seq* StepMachine::Find(uint64_t id) {
   for (auto& s : seqs_) {
@@ -99,6 +106,7 @@ StepMachine::Admission StepMachine::Admit(std::vector<std::shared_ptr<RequestSta
       s->drafter = Seq::Drafter::kClosed;
       if (drafter_may_try) {
         s->drafter = Seq::Drafter::kOpening;
+        s->drafter_first_open = true;
         s->drafter_open_len = g.prompt.size();
         a.drafter.push_back({s->id, g.prompt, false});
         a.drafter_tel.push_back(s->tel);
@@ -164,6 +172,7 @@ void StepMachine::OnDrafterOpened(const std::vector<uint64_t>& ids,
   for (size_t i = 0; i < ids.size(); ++i) {
     Seq* s = Find(ids[i]);
     if (s == nullptr || s->drafter != Seq::Drafter::kOpening) continue;
+    s->drafter_first_open = false;
     if (!replies.ok()) {
       s->drafter = Seq::Drafter::kStale;  // unknown outcome; the id is ours
       s->drafter_owned = true;
@@ -194,11 +203,15 @@ std::vector<DraftItem> StepMachine::PlanDrafts() {
   std::vector<DraftItem> items;
   drafting_.clear();
   for (auto& s : seqs_) {
-    if (s->done || s->worker != Seq::Worker::kLive) continue;
+    if (!Stepping(*s)) continue;
     s->rec = StepRecord{};
     s->rec.step = s->worker_step;
     const GenerationRequest& g = s->req->request();
     if (s->drafter == Seq::Drafter::kNone) continue;
+    if (s->drafter != Seq::Drafter::kOpen) {
+      s->rec.draft = DraftVerdict::kDrafterUnavailable;
+      continue;
+    }
     const std::optional<TreeShape> chosen = ChooseShape(s.get());
     if (!chosen.has_value()) continue;
     // Stats and metrics name the chosen shape; the draft may be cut short.
@@ -206,10 +219,6 @@ std::vector<DraftItem> StepMachine::PlanDrafts() {
     const std::optional<TreeShape> shape = CapShape(*chosen, g.max_tokens - s->out->counted());
     if (!shape.has_value()) {
       s->rec.draft = DraftVerdict::kBudget;
-      continue;
-    }
-    if (s->drafter != Seq::Drafter::kOpen) {
-      s->rec.draft = DraftVerdict::kDrafterUnavailable;
       continue;
     }
     DraftItem d;
@@ -260,7 +269,7 @@ std::vector<VerifyItem> StepMachine::PlanVerify() {
   std::vector<VerifyItem> items;
   verifying_.clear();
   for (auto& s : seqs_) {
-    if (s->done || s->worker != Seq::Worker::kLive) continue;
+    if (!Stepping(*s)) continue;
     const bool drafted = s->rec.draft == DraftVerdict::kDrafted;
     if (!drafted) s->rec.nodes = 1;
     if (IsFallback(s->rec.draft)) s->tel.OnFallback(FallbackReason(s->rec.draft));
@@ -353,13 +362,13 @@ void StepMachine::FinishAll(const absl::Status& status) {
 
 int64_t StepMachine::num_live() const {
   int64_t n = 0;
-  for (const auto& s : seqs_) n += !s->done && s->worker == Seq::Worker::kLive;
+  for (const auto& s : seqs_) n += Stepping(*s);
   return n;
 }
 
 int64_t StepMachine::num_opening() const {
   int64_t n = 0;
-  for (const auto& s : seqs_) n += !s->done && s->worker == Seq::Worker::kOpening;
+  for (const auto& s : seqs_) n += !s->done && !Stepping(*s);
   return n;
 }
 

@@ -4,8 +4,10 @@
 //
 //   Admit        → open items for the worker and the drafter (sent in parallel,
 //                  off the step thread); OnWorkerOpened / OnDrafterOpened
-//                  report back, and a sequence joins the steps when its worker
-//                  Open returns (the drafter may still be opening).
+//                  report back. A sequence streams its first token when its
+//                  worker Open returns and joins the steps once its drafter
+//                  Open has returned too (whatever the outcome), so its trees —
+//                  and a seeded sample — never depend on which Open was faster.
 //   PlanDrafts   → one draft item per sequence that gets a tree this step
 //   ApplyDrafts  ← per item: status, node count, root token, validity
 //   PlanVerify   → one verify item per live sequence (drafted or root-only)
@@ -159,11 +161,12 @@ class StepMachine {
   void FinishAll(const absl::Status& status);
 
   int64_t num_live() const;     // stepping
-  int64_t num_opening() const;  // worker Open in flight
+  int64_t num_opening() const;  // not ended and not stepping yet: an Open in flight
   int64_t size() const { return static_cast<int64_t>(seqs_.size()); }
 
  private:
   struct Seq;
+  static bool Stepping(const Seq& s);
   Seq* Find(uint64_t id);
   void Finish(Seq* s, absl::Status status);
   void Commit(Seq* s, const VerifyReply& r);

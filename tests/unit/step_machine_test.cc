@@ -49,7 +49,7 @@ class StepMachineTest : public ::testing::Test {
   std::unique_ptr<StepMachine> machine_;
 };
 
-TEST_F(StepMachineTest, SequenceStepsPlainlyUntilItsDrafterOpenReturns) {
+TEST_F(StepMachineTest, SequenceStepsOnceBothOpensReturned) {
   auto r = Req({1, 2, 3}, 20);
   StepMachine::Admission a = machine_->Admit({r}, Clock::now(), /*drafter_may_try=*/true);
   ASSERT_EQ(a.worker.size(), 1u);
@@ -59,36 +59,57 @@ TEST_F(StepMachineTest, SequenceStepsPlainlyUntilItsDrafterOpenReturns) {
   EXPECT_TRUE(machine_->PlanVerify().empty()) << "not stepping before its worker Open";
   machine_->OnWorkerOpened({10}, std::vector<WorkerOpenReply>{{absl::OkStatus(), 40}},
                            Clock::now());
-  EXPECT_EQ(machine_->num_live(), 1);
-  // Step 1: the drafter is still opening.
+  std::vector<int32_t> ids;
+  EXPECT_EQ(Popped(r.get(), &ids).code(), absl::StatusCode::kUnknown) << "still running";
+  EXPECT_EQ(ids, std::vector<int32_t>{40}) << "the first token streams at once";
+  // The drafter is still opening: no step yet, so the trees do not depend on
+  // which Open was faster.
+  EXPECT_EQ(machine_->num_live(), 0);
   EXPECT_TRUE(machine_->PlanDrafts().empty());
-  machine_->ApplyDrafts(std::vector<DraftReply>{});
-  std::vector<VerifyItem> v = machine_->PlanVerify();
-  ASSERT_EQ(v.size(), 1u);
-  EXPECT_FALSE(v[0].drafted);
-  EXPECT_EQ(v[0].root, 40);
-  EXPECT_EQ(v[0].step, 1u);
-  machine_->ApplyVerify(std::vector<VerifyReply>{{absl::OkStatus(), {41}, 0}});
-  // The drafter answers: it gets every token committed after the prompt.
+  EXPECT_TRUE(machine_->PlanVerify().empty());
   machine_->OnDrafterOpened({10}, std::vector<absl::Status>{absl::OkStatus()}, Clock::now());
+  EXPECT_EQ(machine_->num_live(), 1);
   std::vector<DraftItem> d = machine_->PlanDrafts();
   ASSERT_EQ(d.size(), 1u);
-  EXPECT_EQ(d[0].new_tokens, (std::vector<int32_t>{40, 41}));
+  EXPECT_EQ(d[0].new_tokens, std::vector<int32_t>{40});
   EXPECT_EQ(d[0].step, 1u);
   EXPECT_EQ(d[0].shape, "chain:2");
-  machine_->ApplyDrafts(std::vector<DraftReply>{{absl::OkStatus(), absl::OkStatus(), 3, 41}});
-  v = machine_->PlanVerify();
+  machine_->ApplyDrafts(std::vector<DraftReply>{{absl::OkStatus(), absl::OkStatus(), 3, 40}});
+  std::vector<VerifyItem> v = machine_->PlanVerify();
   ASSERT_EQ(v.size(), 1u);
   EXPECT_TRUE(v[0].drafted);
-  machine_->ApplyVerify(std::vector<VerifyReply>{{absl::OkStatus(), {42, 43, 44}, 2}});
+  EXPECT_EQ(v[0].root, 40);
+  EXPECT_EQ(v[0].step, 1u);
+  machine_->ApplyVerify(std::vector<VerifyReply>{{absl::OkStatus(), {41, 42, 43}, 2}});
   // Next draft: only what the last step committed.
   d = machine_->PlanDrafts();
   ASSERT_EQ(d.size(), 1u);
-  EXPECT_EQ(d[0].new_tokens, (std::vector<int32_t>{42, 43, 44}));
+  EXPECT_EQ(d[0].new_tokens, (std::vector<int32_t>{41, 42, 43}));
   EXPECT_EQ(d[0].step, 2u);
-  std::vector<int32_t> ids;
-  EXPECT_EQ(Popped(r.get(), &ids).code(), absl::StatusCode::kUnknown) << "still running";
-  EXPECT_EQ(ids, (std::vector<int32_t>{40, 41, 42, 43, 44}));
+  // The Draft RPC fails: a plain step, then the drafter is re-opened with
+  // everything but the pending token, and gets the rest with its next draft.
+  machine_->ApplyDrafts(absl::UnavailableError("drafter down"));
+  v = machine_->PlanVerify();
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_FALSE(v[0].drafted);
+  machine_->ApplyVerify(std::vector<VerifyReply>{{absl::OkStatus(), {44}, 0}});
+  std::vector<DrafterOpenItem> reopen = machine_->PlanDrafterOpens(Clock::now());
+  ASSERT_EQ(reopen.size(), 1u);
+  EXPECT_TRUE(reopen[0].release_first) << "state may exist under the id";
+  EXPECT_EQ(reopen[0].prompt, (std::vector<int32_t>{1, 2, 3, 40, 41, 42, 43}));
+  EXPECT_EQ(machine_->num_live(), 1) << "it keeps stepping while the drafter re-opens";
+  EXPECT_TRUE(machine_->PlanDrafts().empty());
+  machine_->ApplyDrafts(std::vector<DraftReply>{});
+  EXPECT_EQ(machine_->PlanVerify().size(), 1u);
+  machine_->ApplyVerify(std::vector<VerifyReply>{{absl::OkStatus(), {45}, 0}});
+  machine_->OnDrafterOpened({10}, std::vector<absl::Status>{absl::OkStatus()}, Clock::now());
+  d = machine_->PlanDrafts();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].new_tokens, (std::vector<int32_t>{44, 45}));
+  EXPECT_EQ(d[0].step, 1u);
+  ids.clear();
+  Popped(r.get(), &ids);
+  EXPECT_EQ(ids, (std::vector<int32_t>{41, 42, 43, 44, 45}));
 }
 
 TEST_F(StepMachineTest, DraftOutcomesAndTheRecordTotals) {
