@@ -57,6 +57,23 @@ absl::Status ValidateDraftedTree(const v1::TokenTree& tree, int64_t vocab_size,
                         : absl::StrCat(p, " is outside [0, ", i, ")"));
     }
   }
+  for (int i = 0; i < tree.draft_size(); ++i) {
+    const v1::SparseDistribution& q = tree.draft(i);
+    if (q.probs_size() != q.tokens_size()) {
+      return Bad(absl::StrCat("draft[", i, "].probs"),
+                 absl::StrCat("has ", q.probs_size(), " entries for ", q.tokens_size(), " tokens"));
+    }
+    for (int k = 0; k < q.tokens_size(); ++k) {
+      if (q.tokens(k) < 0 || (vocab_size > 0 && q.tokens(k) >= vocab_size)) {
+        return Bad(absl::StrCat("draft[", i, "].tokens[", k, "]"),
+                   absl::StrCat(q.tokens(k), " is outside the vocabulary [0, ", vocab_size, ")"));
+      }
+      if (!(q.probs(k) >= 0.0f && q.probs(k) <= 1.0f)) {
+        return Bad(absl::StrCat("draft[", i, "].probs[", k, "]"),
+                   absl::StrCat(q.probs(k), " is not a probability"));
+      }
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -38,7 +38,8 @@ struct LaneRpcOptions {
 // OK, or INVALID_ARGUMENT naming the field and value of the first defect:
 // tokens/parents sizes, node count, token ids outside [0, vocab_size),
 // parents[0] != -1, parents[i] not in [0, i), more draft distributions than
-// nodes.
+// nodes, a draft distribution with mismatched sizes, tokens outside the
+// vocabulary or probabilities outside [0, 1].
 absl::Status ValidateDraftedTree(const v1::TokenTree& tree, int64_t vocab_size,
                                  int64_t max_tree_nodes);
 

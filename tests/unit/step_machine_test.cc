@@ -4,6 +4,8 @@
 // queue (release_queue.h).
 #include "coordinator/step_machine.h"
 
+#include <cmath>
+
 #include "coordinator/lane_rpc.h"
 #include "coordinator/release_queue.h"
 #include "gtest/gtest.h"
@@ -202,6 +204,19 @@ TEST(ValidateDraftedTreeTest, NamesTheFirstDefect) {
   bad.add_parents(0);
   EXPECT_FALSE(ValidateDraftedTree(bad, 10, 8).ok());
   EXPECT_FALSE(ValidateDraftedTree(v1::TokenTree(), 10, 8).ok());
+  bad = t;
+  v1::SparseDistribution* q = bad.add_draft();
+  q->add_tokens(6);
+  q->add_probs(0.5f);
+  EXPECT_TRUE(ValidateDraftedTree(bad, 10, 8).ok());
+  q->add_tokens(12);
+  q->add_probs(0.5f);
+  st = ValidateDraftedTree(bad, 10, 8);
+  EXPECT_NE(st.message().find("draft[0].tokens[1]"), std::string::npos) << st;
+  q->set_tokens(1, 7);
+  q->set_probs(1, std::nanf(""));
+  st = ValidateDraftedTree(bad, 10, 8);
+  EXPECT_NE(st.message().find("draft[0].probs[1]"), std::string::npos) << st;
 }
 
 TEST(ReleaseQueueTest, RetriesWithBackoffThenGivesUp) {
