@@ -114,7 +114,10 @@ int Main() {
   }
   // After the drain, traces are flushed and the metrics endpoint stops before
   // the coordinator its gauges read goes away.
-  return ServeUntilSignal(&*server, obs->get());
+  // Requests still queued or streaming when the grace ends get UNAVAILABLE
+  // "server shutting down" rather than a cancelled call.
+  Coordinator* c = coordinator->get();
+  return ServeUntilSignal(&*server, obs->get(), [c] { c->Shutdown(); }, [c] { c->Shutdown(); });
 }
 
 }  // namespace

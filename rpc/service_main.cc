@@ -2,14 +2,18 @@
 
 #include <errno.h>  // program_invocation_short_name (glibc)
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "core/util/cli_args.h"
 #include "rpc/signals.h"
 
@@ -58,14 +62,28 @@ absl::StatusOr<RunningServer> StartServiceServer(const std::vector<grpc::Service
 }
 
 int ServeUntilSignal(RunningServer* server, ServiceObservability* obs,
-                     const std::function<void()>& after_drain) {
+                     const std::function<void()>& after_drain,
+                     const std::function<void()>& at_grace_end) {
   obs->SetServing(true);
   std::printf("listening on %s\n", server->address.c_str());
   std::fflush(stdout);
   WaitForTerminationSignal();
   obs->SetServing(false);
   server->server->GetHealthCheckService()->SetServingStatus(false);
-  server->server->Shutdown(std::chrono::system_clock::now() + GetServiceFlags().shutdown_grace);
+  const auto grace = GetServiceFlags().shutdown_grace;
+  absl::Notification drained;
+  std::thread ender;
+  if (at_grace_end) {
+    // Leave the calls a moment to write their final status before the cut.
+    const absl::Duration margin = absl::Milliseconds(
+        std::min<int64_t>(500, std::chrono::duration_cast<std::chrono::milliseconds>(grace).count() / 4));
+    ender = std::thread([&, margin] {
+      if (!drained.WaitForNotificationWithTimeout(absl::FromChrono(grace) - margin)) at_grace_end();
+    });
+  }
+  server->server->Shutdown(std::chrono::system_clock::now() + grace);
+  drained.Notify();
+  if (ender.joinable()) ender.join();
   if (after_drain) after_drain();
   obs->Shutdown();
   return 0;

@@ -63,10 +63,13 @@ absl::StatusOr<RunningServer> StartServiceServer(const std::vector<grpc::Service
                                                  std::set<std::string> untraced = {});
 
 // Marks the service serving, prints `listening on HOST:PORT`, waits for
-// SIGTERM/SIGINT, then drains for at most --shutdown_grace_s. `after_drain`
-// runs once in-flight calls have finished, before observability shuts down.
-// Returns the process exit code.
+// SIGTERM/SIGINT, then drains for at most --shutdown_grace_s. `at_grace_end`
+// runs shortly before the grace runs out if calls are still in flight, so
+// they can end with a status of their own before gRPC cancels them;
+// `after_drain` runs once in-flight calls have finished, before observability
+// shuts down. Returns the process exit code.
 int ServeUntilSignal(RunningServer* server, ServiceObservability* obs,
-                     const std::function<void()>& after_drain = nullptr);
+                     const std::function<void()>& after_drain = nullptr,
+                     const std::function<void()>& at_grace_end = nullptr);
 
 }  // namespace treespec

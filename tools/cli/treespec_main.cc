@@ -5,6 +5,7 @@
 //   treespec info --server ADDR
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
@@ -25,7 +26,8 @@ ABSL_FLAG(int32_t, max_tokens, 128, "New tokens at most");
 ABSL_FLAG(double, temperature, 0.0, "0: greedy");
 ABSL_FLAG(double, top_p, 1.0, "Nucleus mass in (0, 1]");
 ABSL_FLAG(int32_t, top_k, 0, "Top-k (0: off)");
-ABSL_FLAG(uint64_t, seed, 0, "Random seed");
+ABSL_FLAG(std::optional<uint64_t>, seed, std::nullopt,
+          "Sampling seed (unset: the server draws one and reports it)");
 ABSL_FLAG(std::string, drafter, "auto", "Drafter name, auto or none");
 ABSL_FLAG(std::string, tree, "", "Tree shape N1,N2,... or chain:K or auto (empty: server default)");
 ABSL_FLAG(std::string, verify, "", "greedy, multiround or target_sampling (empty: by temperature)");
@@ -93,7 +95,7 @@ absl::StatusOr<v1::GenerateRequest> RequestFromFlags() {
   s->set_temperature(static_cast<float>(absl::GetFlag(FLAGS_temperature)));
   s->set_top_p(static_cast<float>(absl::GetFlag(FLAGS_top_p)));
   s->set_top_k(absl::GetFlag(FLAGS_top_k));
-  s->set_seed(absl::GetFlag(FLAGS_seed));
+  if (absl::GetFlag(FLAGS_seed).has_value()) s->set_seed(*absl::GetFlag(FLAGS_seed));
   if (!absl::GetFlag(FLAGS_stop).empty()) req.add_stop(absl::GetFlag(FLAGS_stop));
   v1::SpeculationOptions* sp = req.mutable_speculation();
   sp->set_drafter(absl::GetFlag(FLAGS_drafter));
@@ -139,6 +141,8 @@ void PrintSummary(const v1::GenerateResponse& last, const std::string& text,
         {"accepted_tokens", spec.accepted_tokens()},
         {"mean_accepted_length", spec.mean_accepted_length()},
         {"fallback_steps", spec.fallback_steps()},
+        {"drafter_errors", spec.drafter_errors()},
+        {"seed", last.seed()},
     };
     std::printf("%s\n", j.dump().c_str());
     return;
@@ -146,11 +150,11 @@ void PrintSummary(const v1::GenerateResponse& last, const std::string& text,
   std::printf("\n");
   std::fprintf(stderr,
                "[%s] %d tokens, %.1f tokens/s, drafter %s tree %s: %d steps, mean accepted "
-               "length %.2f (%d/%d drafts accepted, %d fallback steps)\n",
+               "length %.2f (%d/%d drafts accepted, %d fallback steps), seed %llu\n",
                FinishName(last.finish_reason()), last.usage().completion_tokens(), tok_s,
                spec.drafter().c_str(), spec.tree().c_str(), spec.steps(),
                spec.mean_accepted_length(), spec.accepted_tokens(), spec.drafted_tokens(),
-               spec.fallback_steps());
+               spec.fallback_steps(), static_cast<unsigned long long>(last.seed()));
 }
 
 int Generate(v1::Generation::Stub* stub) {
