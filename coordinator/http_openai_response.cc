@@ -119,6 +119,7 @@ std::string CompletionBody(const OpenAiResponseContext& ctx, const std::string& 
   body["usage"] = Usage(last);
   body["speculation"] = Speculation(last);
   body["timings"] = Timings(last);
+  if (last.has_seed()) body["seed"] = last.seed();
   return body.dump();
 }
 
@@ -144,6 +145,7 @@ std::string StreamFinishEvent(const OpenAiResponseContext& ctx, const v1::Genera
   if (ctx.include_usage) body["usage"] = nullptr;
   body["speculation"] = Speculation(last);
   body["timings"] = Timings(last);
+  if (last.has_seed()) body["seed"] = last.seed();
   return Event(body);
 }
 

@@ -4,7 +4,9 @@
 // {"error": {"message", "type", "param", "code"}} with the HTTP status that fits
 // the Status code. Built from the coordinator's v1::GenerateResponse chunks; the
 // final chunk's speculation statistics and timings are an extension field,
-// "speculation" / "timings". Pure functions; thread-safe.
+// "speculation" / "timings", with "seed": the seed the request ran with (the
+// server draws one when the request gave none; sending it back reproduces the
+// text). Pure functions; thread-safe.
 #pragma once
 
 #include <cstdint>

@@ -164,6 +164,19 @@ TEST_F(OpenAiHttpTest, CurlHealthModelsAndCompletion) {
   EXPECT_EQ(ParseJson(again.body)["choices"][0]["text"], body["choices"][0]["text"]);
 }
 
+TEST_F(OpenAiHttpTest, UnseededSamplingReturnsAReproducingSeed) {
+  Json request = {{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 1.0}};
+  Curl first = PostJson(*url_, "/v1/completions", request);
+  ASSERT_EQ(first.http_code, 200) << first.body;
+  Json body = ParseJson(first.body);
+  ASSERT_TRUE(body.contains("seed") && body["seed"].is_number_unsigned()) << first.body;
+  request["seed"] = body["seed"];
+  Curl again = PostJson(*url_, "/v1/completions", request);
+  ASSERT_EQ(again.http_code, 200) << again.body;
+  EXPECT_EQ(ParseJson(again.body)["choices"][0]["text"], body["choices"][0]["text"]);
+  EXPECT_EQ(ParseJson(again.body)["seed"], body["seed"]);
+}
+
 TEST_F(OpenAiHttpTest, CurlStreamedChatEndsWithDone) {
   Curl s = RunCurl({"-N", "-H", "Content-Type: application/json", "-d",
                     Json{{"messages", {{{"role", "user"}, {"content", "Hello"}}}},

@@ -148,6 +148,7 @@ v1::GenerateResponse LastChunk() {
   last.mutable_speculation()->set_drafter("mamba");
   last.mutable_speculation()->set_accepted_tokens(3);
   last.mutable_timings()->set_ttft_ns(1000);
+  last.set_seed(99);
   return last;
 }
 
@@ -161,6 +162,7 @@ TEST(OpenAiResponseTest, WholeBodies) {
   EXPECT_EQ(chat["speculation"]["drafter"], "mamba");
   EXPECT_EQ(chat["speculation"]["accepted_tokens"], 3);
   EXPECT_EQ(chat["timings"]["ttft_ns"], 1000);
+  EXPECT_EQ(chat["seed"], 99);
   ctx.kind = OpenAiRequest::Kind::kCompletion;
   Json text = Json::parse(CompletionBody(ctx, "Hello", LastChunk()));
   EXPECT_EQ(text["object"], "text_completion");
@@ -190,6 +192,7 @@ TEST(OpenAiResponseTest, StreamedChatEvents) {
   EXPECT_EQ(finish["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(finish["choices"][0]["delta"], Json::object());
   EXPECT_EQ(finish["speculation"]["drafter"], "mamba");
+  EXPECT_EQ(finish["seed"], 99);
   Json usage = ParseEvent(StreamUsageEvent(ctx, LastChunk()));
   EXPECT_EQ(usage["choices"], Json::array());
   EXPECT_EQ(usage["usage"]["completion_tokens"], 6);
