@@ -4,33 +4,61 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/generate_telemetry.h"
 #include "core/tokenizer/tokenizer_config.h"
+#include "rpc/status_convert.h"
 
 namespace treespec {
 namespace {
 
+// Records the request in the coordinator's metrics and traces exactly as the
+// gRPC Generation service does (coordinator/generate_telemetry.h).
 class RequestStream : public GenerationStream {
  public:
-  explicit RequestStream(std::shared_ptr<RequestState> state) : state_(std::move(state)) {}
-  ~RequestStream() override { state_->Cancel(); }  // no-op once finished
+  RequestStream(std::shared_ptr<RequestState> state, std::unique_ptr<GenerateTelemetry> telemetry)
+      : state_(std::move(state)), telemetry_(std::move(telemetry)) {}
+  ~RequestStream() override {
+    state_->Cancel();  // no-op once finished
+    Finish(absl::CancelledError("client went away"));
+  }
 
   bool Pop(absl::Duration timeout, v1::GenerateResponse* chunk, bool* done,
            absl::Status* status) override {
-    return state_->Pop(timeout, chunk, done, status);
+    bool got = state_->Pop(timeout, chunk, done, status);
+    if (got) telemetry_->OnChunk(*chunk);
+    if (*done) Finish(*status);
+    return got;
   }
-  void Cancel() override { state_->Cancel(); }
+  void Cancel() override {
+    state_->Cancel();
+    Finish(absl::CancelledError("client went away"));
+  }
 
  private:
+  void Finish(const absl::Status& status) {
+    if (finished_) return;
+    finished_ = true;
+    telemetry_->Finish(ToGrpc(status));
+  }
+
   std::shared_ptr<RequestState> state_;
+  std::unique_ptr<GenerateTelemetry> telemetry_;
+  bool finished_ = false;
 };
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GenerationStream>> CoordinatorHttpBackend::Generate(
     const v1::GenerateRequest& request) {
-  auto state = coordinator_->Submit(request, RequestState::Clock::now(), std::nullopt);
-  if (!state.ok()) return state.status();
-  return std::make_unique<RequestStream>(std::move(*state));
+  const auto received = RequestState::Clock::now();
+  auto telemetry = std::make_unique<GenerateTelemetry>(coordinator_->telemetry(), SpanContext{}, received);
+  auto state = coordinator_->Submit(request, received, std::nullopt, telemetry->context());
+  if (!state.ok()) {
+    telemetry->Finish(ToGrpc(state.status()));
+    return state.status();
+  }
+  telemetry->Admitted((*state)->request());
+  return std::make_unique<RequestStream>(std::move(*state), std::move(telemetry));
 }
 
 absl::Status CoordinatorHttpBackend::Health() {

@@ -1,5 +1,6 @@
 // The Coordinator as the HTTP API's GenerationBackend: the same Submit /
-// RequestState::Pop path the gRPC Generation service takes. Thread-safe.
+// RequestState::Pop path the gRPC Generation service takes, with the same
+// `generate` metrics and span (coordinator/generate_telemetry.h). Thread-safe.
 #pragma once
 
 #include <memory>
