@@ -20,9 +20,9 @@ Templates:
 Plus "fuzz" cases: random templates drawn from a grammar over the supported subset
 (seeded), each with jinja2's output or the fact that jinja2 raised.
 
-Usage (from the repository root):
-  python3 -m venv /tmp/ct && /tmp/ct/bin/pip install jinja2 gguf
-  /tmp/ct/bin/python tools/goldens/make_chat_template_goldens.py
+Usage (from the repository root): `make goldens` (tools/goldens/make_goldens.sh runs
+it in the .venv with tools/goldens/requirements.txt), or in any venv with jinja2 and
+gguf:  python tools/goldens/make_chat_template_goldens.py
 A wider differential sweep, not committed: CT_SEED=1 CT_N=3000 (same command), then
 build/tests/chat_template_test --gtest_filter='*Grammar*', then regenerate with the defaults.
 Seeds 1, 4 and 5 at 3000 cases each matched byte for byte when this was written.

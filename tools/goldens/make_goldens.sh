@@ -37,3 +37,6 @@ set -x
 if [ -f tools/goldens/make_tokenizer_goldens.py ]; then
   "$PY" tools/goldens/make_tokenizer_goldens.py
 fi
+if [ -f tools/goldens/make_chat_template_goldens.py ]; then
+  "$PY" tools/goldens/make_chat_template_goldens.py
+fi
