@@ -14,12 +14,19 @@ using Json = nlohmann::json;
 constexpr char kParamPayload[] = "treespec.dev/openai-param";
 
 std::string Show(const Json& v) {
-  std::string s = v.dump();
+  std::string s = v.dump(-1, ' ', false, Json::error_handler_t::replace);
   return s.size() > 80 ? s.substr(0, 77) + "..." : s;
 }
 
 absl::Status Type(absl::string_view param, absl::string_view expected, const Json& v) {
   return InvalidParam(param, absl::StrCat("'", param, "' must be ", expected, ", got ", Show(v)));
+}
+
+bool IsInt32(const Json& v) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>() <= std::numeric_limits<int32_t>::max();
+  if (!v.is_number_integer()) return false;
+  int64_t i = v.get<int64_t>();
+  return i >= std::numeric_limits<int32_t>::min() && i <= std::numeric_limits<int32_t>::max();
 }
 
 bool Present(const Json& body, const char* key) { return body.contains(key) && !body[key].is_null(); }
@@ -145,7 +152,7 @@ absl::Status ParseCommon(const Json& body, OpenAiRequest* req) {
     const Json& ids = body["stop_token_ids"];
     if (!ids.is_array()) return Type("stop_token_ids", "an array of integers", ids);
     for (const Json& id : ids) {
-      if (!id.is_number_integer()) return Type("stop_token_ids", "an array of integers", ids);
+      if (!IsInt32(id)) return Type("stop_token_ids", "an array of 32-bit integers", ids);
       g.add_stop_token_ids(id.get<int32_t>());
     }
   }
@@ -236,7 +243,7 @@ absl::StatusOr<OpenAiRequest> ParseCompletionRequest(absl::string_view text) {
   const Json& prompt = (*body)["prompt"];
   auto token_ids = [&](const Json& ids) -> absl::Status {
     for (const Json& id : ids) {
-      if (!id.is_number_integer()) return Type("prompt", "a string, an array of token ids or one of them in an array", prompt);
+      if (!IsInt32(id)) return Type("prompt", "a string, an array of token ids or one of them in an array", prompt);
       req.prompt_token_ids.push_back(id.get<int32_t>());
     }
     if (req.prompt_token_ids.empty()) return InvalidParam("prompt", "'prompt' must not be empty");
@@ -289,7 +296,7 @@ absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view text) {
       out.content = content.get<std::string>();
     } else if (content.is_array()) {
       for (const Json& part : content) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+        if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
             !part["text"].is_string()) {
           return InvalidParam(where + ".content",
                               absl::StrCat("'", where, ".content' parts must be {\"type\": \"text\", "

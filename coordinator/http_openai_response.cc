@@ -7,6 +7,9 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
+// Invalid UTF-8 (a message cut inside a character) is replaced, never thrown.
+std::string Dump(const Json& json) { return json.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
 bool IsChat(const OpenAiResponseContext& ctx) { return ctx.kind == OpenAiRequest::Kind::kChat; }
 
 Json Envelope(const OpenAiResponseContext& ctx, bool chunk) {
@@ -56,7 +59,7 @@ Json Choice(const OpenAiResponseContext& ctx, bool chunk, const std::string& tex
   return choice;
 }
 
-std::string Event(const Json& json) { return "data: " + json.dump() + "\n\n"; }
+std::string Event(const Json& json) { return "data: " + Dump(json) + "\n\n"; }
 
 std::string ErrorType(int http) {
   switch (http) {
@@ -101,7 +104,7 @@ int HttpStatusFor(const absl::Status& status) {
   }
 }
 
-std::string ErrorBody(const absl::Status& status) { return ErrorJson(status).dump(); }
+std::string ErrorBody(const absl::Status& status) { return Dump(ErrorJson(status)); }
 
 const char* FinishReasonName(v1::FinishReason reason) {
   switch (reason) {
@@ -120,7 +123,7 @@ std::string CompletionBody(const OpenAiResponseContext& ctx, const std::string& 
   body["speculation"] = Speculation(last);
   body["timings"] = Timings(last);
   if (last.has_seed()) body["seed"] = last.seed();
-  return body.dump();
+  return Dump(body);
 }
 
 std::string StreamRoleEvent(const OpenAiResponseContext& ctx) {
@@ -166,7 +169,7 @@ std::string ModelsBody(const std::string& model, int64_t created) {
                                        {"object", "model"},
                                        {"created", created},
                                        {"owned_by", "treespec"}}})}};
-  return body.dump();
+  return Dump(body);
 }
 
 }  // namespace treespec

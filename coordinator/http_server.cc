@@ -187,6 +187,17 @@ struct HttpServer::Impl {
       if (!health.ok()) return SendError(res, health);
       res.set_content("{\"status\":\"ok\"}", "application/json");
     });
+    // A bug that throws (nothing here should) answers 500 instead of ending the process.
+    server.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      std::string what = "unknown exception";
+      try {
+        std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        what = e.what();
+      } catch (...) {
+      }
+      SendError(res, absl::InternalError(absl::StrCat("internal error in the HTTP layer: ", what)));
+    });
     // Unknown routes and any other error without a body get OpenAI's error shape.
     server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;

@@ -1,6 +1,7 @@
 // The OpenAI-compatible HTTP API's pure parts: request parsing into the
 // coordinator's v1::GenerateRequest with errors naming the field, error bodies
 // and HTTP codes, whole and streamed (SSE) response bodies.
+#include <random>
 #include <string>
 
 #include "coordinator/http_openai_request.h"
@@ -88,6 +89,8 @@ TEST(OpenAiRequestTest, BadRequestsNameTheFieldAndValue) {
       {R"({"prompt": 5})", false, "prompt", "got 5"},
       {R"({"prompt": ["a", "b"]})", false, "prompt", "batched prompts are not supported"},
       {R"({"prompt": [1, "x"]})", false, "prompt", "token ids"},
+      {R"({"prompt": [1, 99999999999]})", false, "prompt", "token ids"},
+      {R"({"prompt": "x", "stop_token_ids": [4294967297]})", false, "stop_token_ids", "32-bit"},
       {R"({"prompt": "x", "n": 2})", false, "n", "'n' must be 1 (one choice per request is served), got 2"},
       {R"({"prompt": "x", "max_tokens": 0})", false, "max_tokens", "at least 1, got 0"},
       {R"({"prompt": "x", "max_tokens": "ten"})", false, "max_tokens", "must be an integer, got \"ten\""},
@@ -107,6 +110,8 @@ TEST(OpenAiRequestTest, BadRequestsNameTheFieldAndValue) {
       {R"({"messages": [{"content": "x"}]})", true, "messages[0].role", "is required"},
       {R"({"messages": [{"role": "wizard", "content": "x"}]})", true, "messages[0].role", "got \"wizard\""},
       {R"({"messages": [{"role": "user", "content": 7}]})", true, "messages[0].content", "got 7"},
+      {R"({"messages": [{"role": "user", "content": [{"type": 5, "text": "x"}]}]})", true,
+       "messages[0].content", "parts must be"},
       {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})", true,
        "messages[0].content", "parts must be"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]})", true,
@@ -120,6 +125,40 @@ TEST(OpenAiRequestTest, BadRequestsNameTheFieldAndValue) {
     EXPECT_EQ(OpenAiParam(req.status()), c.param) << c.body;
     EXPECT_EQ(HttpStatusFor(req.status()), 400);
   }
+}
+
+// Mutated valid bodies: the parser answers with OK or INVALID_ARGUMENT, never
+// an exception or a crash (nlohmann::json is used without exceptions).
+TEST(OpenAiRequestTest, MutatedBodiesNeverThrow) {
+  const std::string seeds[] = {
+      R"({"model": "m", "prompt": "Once", "max_tokens": 7, "temperature": 0.5, "top_p": 0.9,
+          "seed": 1, "stop": ["a", "b"], "n": 1, "stream": true, "stream_options": {"include_usage": true},
+          "speculation": {"drafter": "d", "tree": "2,2", "verification": "greedy"}, "stop_token_ids": [1]})",
+      R"({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text",
+          "text": "t"}]}], "max_completion_tokens": 3, "logprobs": false, "response_format": {"type": "text"}})",
+  };
+  const char* pieces[] = {"{", "}", "[", "]", ",", ":", "\"", "null", "true", "-1", "1e999",
+                          "99999999999999999999", "\"type\"", "\"text\"", "[]", "{}", "0.0"};
+  std::mt19937_64 rng(5);
+  int num_ok = 0;
+  for (int iter = 0; iter < 4000; ++iter) {
+    std::string body = seeds[iter % 2];
+    for (int k = 0, n = 1 + rng() % 4; k < n; ++k) {
+      size_t pos = rng() % (body.size() + 1);
+      if (rng() % 2) {
+        body.insert(pos, pieces[rng() % std::size(pieces)]);
+      } else if (pos < body.size()) {
+        body.erase(pos, 1 + rng() % 6);
+      }
+    }
+    absl::StatusOr<OpenAiRequest> req = iter % 2 ? ParseChatRequest(body) : ParseCompletionRequest(body);
+    if (req.ok()) {
+      ++num_ok;
+    } else {
+      EXPECT_EQ(req.status().code(), absl::StatusCode::kInvalidArgument) << body;
+    }
+  }
+  EXPECT_GT(num_ok, 50);
 }
 
 TEST(OpenAiResponseTest, ErrorShapeAndHttpCodes) {
@@ -201,6 +240,21 @@ TEST(OpenAiResponseTest, StreamedChatEvents) {
   EXPECT_FALSE(ParseEvent(StreamTextEvent(ctx, "x")).contains("usage"));
   Json error = ParseEvent(StreamErrorEvent(absl::UnavailableError("worker lost")));
   EXPECT_EQ(error["error"]["message"], "worker lost");
+}
+
+}  // namespace
+}  // namespace treespec
+
+namespace treespec {
+namespace {
+
+TEST(OpenAiResponseTest, InvalidUtf8IsReplacedNotThrown) {
+  std::string cut = "caf\xc3";  // a message cut inside a character
+  Json body = Json::parse(ErrorBody(absl::InvalidArgumentError(cut)));
+  EXPECT_EQ(body["error"]["message"], "caf\xef\xbf\xbd");
+  OpenAiResponseContext ctx{OpenAiRequest::Kind::kChat, "id", 1, "m", false};
+  std::string event = StreamTextEvent(ctx, "\xff");
+  EXPECT_THAT(event, HasSubstr("\xef\xbf\xbd"));
 }
 
 }  // namespace
