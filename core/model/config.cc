@@ -80,6 +80,15 @@ absl::Status ParseRope(const JsonFields& f, const nlohmann::json& j, LlamaConfig
   const int64_t half = c->head_dim / 2;
   TS_ASSIGN_OR_RETURN(int64_t top_orig, f.IntOr("original_max_position_embeddings",
                                                 c->max_position_embeddings));
+  // llama3, yarn, longrope (standardize_rope_params): a top-level
+  // original_max_position_embeddings (Phi-3 style) wins over the rope entry,
+  // which defaults to max_position_embeddings.
+  if (f.Has("original_max_position_embeddings")) {
+    s.original_max_position_embeddings = top_orig;
+  } else {
+    TS_ASSIGN_OR_RETURN(s.original_max_position_embeddings,
+                        r.IntOr("original_max_position_embeddings", c->max_position_embeddings));
+  }
   if (type == "linear" || type == "dynamic") {
     TS_ASSIGN_OR_RETURN(s.factor, r.DoubleOr("factor", -1.0));
     if (!r.Has("factor")) return r.Error("factor", "is missing");
@@ -93,16 +102,7 @@ absl::Status ParseRope(const JsonFields& f, const nlohmann::json& j, LlamaConfig
     if (!(s.high_freq_factor > s.low_freq_factor)) {
       return r.Error("high_freq_factor", "must exceed low_freq_factor");
     }
-    TS_ASSIGN_OR_RETURN(s.original_max_position_embeddings,
-                        r.IntOr("original_max_position_embeddings", c->max_position_embeddings));
   } else if (type == "yarn" || type == "longrope") {
-    // Phi-3 style: a top-level original_max_position_embeddings wins.
-    if (f.Has("original_max_position_embeddings")) {
-      s.original_max_position_embeddings = top_orig;
-    } else {
-      TS_ASSIGN_OR_RETURN(s.original_max_position_embeddings,
-                          r.IntOr("original_max_position_embeddings", c->max_position_embeddings));
-    }
     TS_ASSIGN_OR_RETURN(s.factor, r.DoubleOr("factor", static_cast<double>(c->max_position_embeddings) /
                                                            s.original_max_position_embeddings));
     if (r.Has("attention_factor")) {
