@@ -26,12 +26,12 @@ __global__ void RmsNormKernel(const T* x, const T* w, int64_t D, float eps, T* o
   RmsNormRow(x + blockIdx.x * D, w, D, eps, out + blockIdx.x * D);
 }
 
-// One block per (head, token): the same arithmetic as RmsNormKernel on a row
+// One block per (token, head) (grid x = tokens, y = heads): the same arithmetic as RmsNormKernel on a row
 // of Dh elements at x + token·W + (h0 + head)·Dh.
 template <typename T>
 __global__ void HeadRmsNormKernel(T* x, const T* w, int64_t W, int64_t Dh, int64_t h0,
                                   float eps) {
-  T* row = x + blockIdx.y * W + (h0 + blockIdx.x) * Dh;
+  T* row = x + blockIdx.x * W + (h0 + blockIdx.y) * Dh;
   RmsNormRow<T>(row, w, Dh, eps, row);
 }
 
@@ -42,7 +42,7 @@ cudaError_t LaunchHeadRmsNorm(DType dtype, void* x, const void* w, int64_t T, in
   if (T == 0 || n == 0) return cudaSuccess;
   return DispatchFloat(dtype, [&](auto tag) {
     using T_ = decltype(tag);
-    HeadRmsNormKernel<T_><<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(T)), 128, 0,
+    HeadRmsNormKernel<T_><<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(n)), 128, 0,
                             stream>>>(static_cast<T_*>(x), static_cast<const T_*>(w), W, Dh, h0,
                                       eps);
     return cudaGetLastError();
