@@ -57,6 +57,13 @@ absl::Status ParseRope(const JsonFields& f, const nlohmann::json& j, LlamaConfig
     rp = j[key];
     if (!rp.is_object()) return f.Error(key, "must be an object");
   }
+  for (const auto& [k, v] : rp.items()) {
+    if (v.is_object()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "config.json: ", key, " nested by layer type ('", k,
+          "') is not supported; treespec applies one RoPE to every layer"));
+    }
+  }
   JsonFields r(rp, absl::StrCat("config.json ", key));
   // The rope_parameters entry first, then the top-level field, then 10000.
   TS_ASSIGN_OR_RETURN(double top_theta, f.DoubleOr("rope_theta", 10000.0));

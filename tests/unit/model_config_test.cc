@@ -86,6 +86,10 @@ TEST(ModelConfigTest, UnknownOrPartialRopeIsRefusedNamingIt) {
   j["rope_scaling"] = {{"type", "mrope"}};
   ExpectError(j, absl::StatusCode::kUnimplemented, "'mrope'");
   j = Base("LlamaForCausalLM");
+  j["rope_parameters"] = {{"full_attention", {{"rope_type", "default"}, {"rope_theta", 1e6}}},
+                          {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 1e4}}}};
+  ExpectError(j, absl::StatusCode::kUnimplemented, "nested by layer type");
+  j = Base("LlamaForCausalLM");
   j["partial_rotary_factor"] = 0.5;
   ExpectError(j, absl::StatusCode::kUnimplemented, "partial_rotary_factor");
   j = Base("LlamaForCausalLM");
