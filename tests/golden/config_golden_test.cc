@@ -231,6 +231,48 @@ TEST_P(ConfigTreeTest, TreeNodesMatchTheirPathsDecodedAlone) {
   }
 }
 
+// A drafter grows a tree level by level (num_prior > 0): the nodes written by
+// earlier calls keep their depth positions for the window too.
+TEST_P(ConfigTreeTest, TreeGrownOverTwoCallsEqualsOneCall) {
+  auto v = LoadVariant(GetParam());
+  ASSERT_TRUE(v.ok()) << v.status();
+  auto c = ParseLayout(*v, "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  Runner r;
+  ASSERT_TRUE(r.Init(v->dir, *c).ok());
+  const std::vector<int32_t> prefix(v->prompt.begin(), v->prompt.begin() + 7);
+  const std::vector<int32_t> parents = {-1, 0, 1, 2, 2, 3, 5, 6, 4};
+  const std::vector<int32_t> tokens = {8, 19, 23, 40, 2, 11, 57, 30, 14};
+  const int first = 5;
+  std::vector<float> logits[2];
+  for (int split : {0, 1}) {
+    const int64_t seq = r.cache->CreateSequence();
+    ASSERT_TRUE(r.cache->Reserve(seq, prefix.size() + tokens.size()).ok());
+    ForwardOutput out;
+    ASSERT_TRUE(r.model->Forward({{seq, prefix, {}, LogitsMode::kNone}}, r.cache.get(), &out).ok());
+    ASSERT_TRUE(r.cache->Commit(seq, prefix.size()).ok());
+    if (split == 0) {
+      ASSERT_TRUE(r.model->Forward({{seq, tokens, parents, LogitsMode::kAll}}, r.cache.get(), &out)
+                      .ok());
+      logits[0] = out.logits;
+    } else {
+      std::vector<int32_t> a(tokens.begin(), tokens.begin() + first);
+      std::vector<int32_t> pa(parents.begin(), parents.begin() + first);
+      ASSERT_TRUE(r.model->Forward({{seq, a, pa, LogitsMode::kAll}}, r.cache.get(), &out).ok());
+      logits[1] = out.logits;
+      std::vector<int32_t> b(tokens.begin() + first, tokens.end());
+      ForwardSeq grow{seq, b, parents, LogitsMode::kAll, first};
+      absl::Status st = r.model->Forward({grow}, r.cache.get(), &out);
+      ASSERT_TRUE(st.ok()) << st;
+      logits[1].insert(logits[1].end(), out.logits.begin(), out.logits.end());
+    }
+    r.cache->Release(seq);
+  }
+  ASSERT_EQ(logits[0].size(), logits[1].size());
+  auto err = MaxRowRelError(logits[1].data(), logits[0].data(), tokens.size(), r.vocab);
+  EXPECT_LE(err.max_rel, 1e-6) << GetParam() << ": " << err.Describe();
+}
+
 INSTANTIATE_TEST_SUITE_P(Variants, ConfigTreeTest,
                          ::testing::Values("mistral_window", "llama_yarn", "llama_longrope",
                                            "qwen3"));
