@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,6 +49,9 @@ struct ModelInfo {
   int64_t num_layers = 0;
   // Recurrent models support SnapshotState / CopyState / RestoreState.
   bool is_recurrent = false;
+  // Forward refuses token positions >= this (LlamaConfig::MaxExactPosition:
+  // dynamic / longrope RoPE); callers refuse sequences that could reach it.
+  int64_t max_positions = std::numeric_limits<int64_t>::max();
 };
 
 // Memory accounting in the model's own unit: KV blocks of block_size tokens
