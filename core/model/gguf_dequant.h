@@ -17,7 +17,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
-#include "core/model/gguf.h"
+#include "core/util/gguf.h"
 
 namespace treespec {
 

@@ -24,7 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/model/config.h"
-#include "core/model/gguf.h"
+#include "core/util/gguf.h"
 #include "core/model/safetensors.h"
 #include "core/tensor/dtype.h"
 

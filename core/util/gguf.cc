@@ -1,4 +1,4 @@
-#include "core/model/gguf.h"
+#include "core/util/gguf.h"
 
 #include <algorithm>
 #include <cstring>
