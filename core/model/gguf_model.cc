@@ -260,4 +260,17 @@ absl::StatusOr<GgufModel> OpenGgufModel(const std::string& path, DType dtype) {
   return m;
 }
 
+absl::StatusOr<std::unique_ptr<LlamaModel>> LoadGgufLlamaModel(const std::string& path,
+                                                               Backend* backend,
+                                                               Communicator* comm) {
+  const DType act = backend->activation_dtype();
+  const DType dtype = (act == DType::kF16 || act == DType::kBF16) ? act : DType::kF32;
+  TS_ASSIGN_OR_RETURN(GgufModel m, OpenGgufModel(path, dtype));
+  WeightLoader loader(m.checkpoint.get(), backend);
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model,
+                      LlamaModel::Create(m.config.llama, &loader, comm));
+  TS_RETURN_IF_ERROR(m.checkpoint->CheckAllUsed());
+  return model;
+}
+
 }  // namespace treespec

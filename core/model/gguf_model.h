@@ -23,10 +23,13 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "core/comm/communicator.h"
 #include "core/model/config.h"
-#include "core/util/gguf.h"
+#include "core/model/llama.h"
 #include "core/model/safetensors.h"
+#include "core/tensor/backend.h"
 #include "core/tensor/dtype.h"
+#include "core/util/gguf.h"
 
 namespace treespec {
 
@@ -58,5 +61,13 @@ struct GgufModel {
 
 // Opens `path`, parses the config and prepares the weights.
 absl::StatusOr<GgufModel> OpenGgufModel(const std::string& path, DType dtype = DType::kF32);
+
+// OpenGgufModel + LlamaModel::Create on `backend` (weights dequantised to its
+// activation dtype when that is F16 or BF16, else F32), rejecting unused
+// tensors. `comm` may be null (single rank); rows are sharded as for HF
+// checkpoints.
+absl::StatusOr<std::unique_ptr<LlamaModel>> LoadGgufLlamaModel(const std::string& path,
+                                                               Backend* backend,
+                                                               Communicator* comm = nullptr);
 
 }  // namespace treespec
