@@ -27,6 +27,9 @@ absl::StatusOr<int64_t> PositiveInt(const GgufFile& f, const std::string& key) {
   return v;
 }
 
+// llama.cpp writes an absent token id as uint32 0xFFFFFFFF (-1).
+bool IsNullToken(int64_t id) { return id == -1 || id == 0xFFFFFFFFll; }
+
 // One owned float/half buffer per dequantised tensor.
 struct OwnedBuffer {
   std::vector<uint8_t> bytes;
@@ -140,15 +143,17 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& f) {
   c.tie_word_embeddings = f.FindTensor("output.weight") == nullptr;
   if (f.Find("tokenizer.ggml.bos_token_id") != nullptr) {
     TS_ASSIGN_OR_RETURN(int64_t bos, f.GetInt("tokenizer.ggml.bos_token_id"));
-    mc.bos_token_id = bos;
+    if (!IsNullToken(bos)) mc.bos_token_id = bos;
   }
   if (f.Find("tokenizer.ggml.eos_token_id") != nullptr) {
     TS_ASSIGN_OR_RETURN(int64_t eos, f.GetInt("tokenizer.ggml.eos_token_id"));
-    mc.eos_token_ids.push_back(eos);
+    if (!IsNullToken(eos)) mc.eos_token_ids.push_back(eos);
   }
   if (f.Find("tokenizer.ggml.eot_token_id") != nullptr) {
     TS_ASSIGN_OR_RETURN(int64_t eot, f.GetInt("tokenizer.ggml.eot_token_id"));
-    if (mc.eos_token_ids.empty() || mc.eos_token_ids[0] != eot) mc.eos_token_ids.push_back(eot);
+    if (!IsNullToken(eot) && (mc.eos_token_ids.empty() || mc.eos_token_ids[0] != eot)) {
+      mc.eos_token_ids.push_back(eot);
+    }
   }
   return mc;
 }

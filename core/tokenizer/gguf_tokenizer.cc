@@ -56,10 +56,12 @@ absl::StatusOr<Vocab> ReadVocab(const GgufFile& f) {
   return v;
 }
 
-// An optional token id key, checked against the vocabulary size; -1 if absent.
+// An optional token id key, checked against the vocabulary size; -1 if absent
+// or "none" (llama.cpp writes a missing id as uint32 0xFFFFFFFF, i.e. -1).
 absl::StatusOr<int32_t> TokenId(const GgufFile& f, const std::string& key, size_t vocab) {
   if (f.Find(key) == nullptr) return -1;
   TS_ASSIGN_OR_RETURN(int64_t id, f.GetInt(key));
+  if (id == -1 || id == 0xFFFFFFFFll) return -1;
   if (id < 0 || static_cast<size_t>(id) >= vocab) {
     return KeyError(f, key, absl::StrCat("= ", id, " is outside the vocabulary [0, ", vocab, ")"));
   }
