@@ -64,7 +64,11 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     options.lane.bandit_shapes.push_back(*TreeShape::Parse(t));
   }
   options.lane.tokenizer = c->tokenizer_.get();
+  // A random base: ids of coordinators sharing a worker never collide.
+  c->next_sequence_id_.store(absl::Uniform<uint64_t>(absl::IntervalClosed, absl::BitGen(), 1,
+                                                     uint64_t{1} << 62));
   options.lane.next_sequence_id = &c->next_sequence_id_;
+  options.lane.max_tree_nodes = options.max_tree_nodes;
   options.lane.max_batch = options.max_batch;
   options.lane.telemetry = options.telemetry;
   c->ctx_.tokenizer = c->tokenizer_.get();
@@ -76,14 +80,20 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   return c;
 }
 
-Coordinator::~Coordinator() {
+Coordinator::~Coordinator() { Shutdown(); }
+
+void Coordinator::Shutdown() {
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
   }
   if (prober_.joinable()) prober_.join();
-  absl::MutexLock lock(&mu_);
-  lanes_.clear();
+  std::map<std::pair<int, int>, std::unique_ptr<Lane>> lanes;
+  {
+    absl::MutexLock lock(&mu_);
+    lanes.swap(lanes_);
+  }
+  for (auto& [key, lane] : lanes) lane->Shutdown();
 }
 
 absl::Status Coordinator::Start() {
@@ -102,6 +112,7 @@ absl::Status Coordinator::Start() {
       if (!have) {
         have = true;
         ctx_.vocab_size = info->vocab_size();
+        options_.lane.vocab_size = info->vocab_size();
         ctx_.max_context = info->max_context();
         ctx_.eos_token_ids.assign(info->eos_token_ids().begin(), info->eos_token_ids().end());
         model_name_ = info->model();
@@ -179,6 +190,8 @@ absl::StatusOr<std::shared_ptr<RequestState>> Coordinator::Submit(
     std::optional<Clock::time_point> deadline, const SpanContext& trace) {
   TS_ASSIGN_OR_RETURN(GenerationRequest g, ValidateRequest(request, ctx_));
   absl::MutexLock lock(&mu_);
+  if (stop_) return absl::UnavailableError("server shutting down");
+  if (!request.sampling().has_seed()) g.seed = absl::Uniform<uint64_t>(rng_);
   int64_t waiting = 0;
   for (auto& [key, lane] : lanes_) waiting += lane->waiting();
   if (waiting >= options_.max_queue) {
@@ -258,6 +271,19 @@ int64_t Coordinator::NumWaiting() const {
   int64_t n = 0;
   for (const auto& [key, lane] : lanes_) n += lane->waiting();
   return n;
+}
+
+std::vector<GaugeSource::Health> Coordinator::WorkerHealth() const {
+  std::vector<Health> out;
+  for (const auto& w : workers_) out.push_back({w->name, w->health.healthy()});
+  return out;
+}
+
+std::vector<GaugeSource::Health> Coordinator::DrafterHealth() const {
+  std::vector<Health> out;
+  const v1::ModelInfo info = ModelInfo();
+  for (const auto& d : info.drafters()) out.push_back({d.name(), d.healthy()});
+  return out;
 }
 
 int64_t Coordinator::NumLive() const {

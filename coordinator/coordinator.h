@@ -3,6 +3,11 @@
 // replica) pair — least loaded healthy worker and replica; a sequence sticks
 // to its pair — and owns the lanes that run the step loops. A background
 // prober marks failed endpoints healthy again when they answer.
+//
+// Sequence ids start at a random 64-bit base per coordinator, so replicas
+// sharing a worker or drafter never collide. A request without a seed gets a
+// fresh random one (returned in its final chunk). Shutdown (or destruction)
+// ends every queued and live request with UNAVAILABLE "server shutting down".
 // Thread-safe.
 #pragma once
 
@@ -16,6 +21,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/random/random.h"
 #include "absl/synchronization/mutex.h"
 #include "coordinator/endpoints.h"
 #include "coordinator/lane.h"
@@ -45,20 +51,20 @@ struct DrafterSpec {
   std::unique_ptr<DrafterClient> client;
 };
 
-class Coordinator {
+class Coordinator : public GaugeSource {
  public:
   // Takes the clients of every worker group and drafter replica.
   static absl::StatusOr<std::unique_ptr<Coordinator>> Create(
       CoordinatorOptions options, std::vector<std::unique_ptr<WorkerClient>> workers,
       std::vector<DrafterSpec> drafters, std::unique_ptr<Tokenizer> tokenizer);
-  ~Coordinator();
+  ~Coordinator() override;
 
   // Waits (up to startup_timeout) for a worker to describe the model.
   absl::Status Start();
 
   // Validates and admits a request. INVALID_ARGUMENT / FAILED_PRECONDITION
   // for bad requests, RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE
-  // when no worker is healthy.
+  // when no worker is healthy or the coordinator is shutting down.
   absl::StatusOr<std::shared_ptr<RequestState>> Submit(
       const v1::GenerateRequest& request, RequestState::Clock::time_point received,
       std::optional<RequestState::Clock::time_point> deadline, const SpanContext& trace = {});
@@ -68,8 +74,13 @@ class Coordinator {
   const ValidationContext& validation() const { return ctx_; }
   // Step statistics summed over lanes (benchmarks).
   LaneStepStats TotalStats() const;
-  int64_t NumWaiting() const;
-  int64_t NumLive() const;
+  int64_t NumWaiting() const override;
+  int64_t NumLive() const override;
+  std::vector<Health> WorkerHealth() const override;
+  std::vector<Health> DrafterHealth() const override;
+  // Refuses new requests and ends every queued and live one with UNAVAILABLE
+  // "server shutting down"; returns once the lanes have stopped. Idempotent.
+  void Shutdown();
   const std::vector<std::unique_ptr<WorkerEndpoint>>& workers() const { return workers_; }
 
  private:
@@ -83,11 +94,12 @@ class Coordinator {
   std::vector<std::unique_ptr<DrafterEndpoint>> drafters_;
   ValidationContext ctx_;
   std::string model_name_;
-  std::atomic<uint64_t> next_sequence_id_{1};
+  std::atomic<uint64_t> next_sequence_id_{0};  // random base (Create)
 
   mutable absl::Mutex mu_;
   std::map<std::pair<int, int>, std::unique_ptr<Lane>> lanes_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  absl::BitGen rng_ ABSL_GUARDED_BY(mu_);  // seeds of requests without one
   std::thread prober_;
 };
 

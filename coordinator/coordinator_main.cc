@@ -1,18 +1,13 @@
 // treespec-coordinator: the public Generation endpoint.
-#include <cstdio>
-#include <iostream>
-
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/generation_service.h"
 #include "coordinator/telemetry.h"
-#include "rpc/observability.h"
 #include "rpc/server.h"
 #include "rpc/service_main.h"
 
-ABSL_FLAG(std::string, listen, "127.0.0.1:0", "HOST:PORT to serve gRPC on (port 0: any free port)");
 ABSL_FLAG(std::string, workers, "", "Worker group addresses ADDR[,ADDR...] (rank 0 of each)");
 ABSL_FLAG(std::string, drafters, "",
           "Drafter replicas NAME=ADDR[,NAME=ADDR...]; replicas may share a name");
@@ -28,10 +23,6 @@ ABSL_FLAG(int32_t, default_max_tokens, 128, "max_tokens when a request gives 0")
 ABSL_FLAG(int32_t, draft_timeout_ms, 5000, "Draft RPC deadline; slower drafts fall back");
 ABSL_FLAG(int32_t, verify_timeout_ms, 60000, "Verify RPC deadline");
 ABSL_FLAG(int32_t, startup_timeout_s, 60, "How long to wait for a worker at start-up");
-ABSL_FLAG(int32_t, shutdown_grace_s, 30, "Seconds streams may take to finish after SIGTERM");
-ABSL_FLAG(std::string, tls_cert, "", "PEM certificate (enables TLS on the public port)");
-ABSL_FLAG(std::string, tls_key, "", "PEM private key");
-ABSL_FLAG(std::string, tls_ca, "", "PEM CA bundle (client side: verifies workers and drafters)");
 ABSL_FLAG(std::string, trace_steps, "spans",
           "Per-step tracing of sampled requests: spans (a draft and a verify span per step), "
           "events (step events on one decode span per sequence) or off");
@@ -39,41 +30,36 @@ ABSL_FLAG(std::string, trace_steps, "spans",
 namespace treespec {
 namespace {
 
-int Fail(const absl::Status& st) {
-  std::cerr << "treespec-coordinator: " << st << std::endl;
-  return 1;
-}
-
 int Main() {
-  TlsFiles tls{absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
-               absl::GetFlag(FLAGS_tls_ca)};
+  const TlsFiles tls = GetServiceFlags().tls;
   StepTracing step_tracing;
   if (!ParseStepTracing(absl::GetFlag(FLAGS_trace_steps), &step_tracing)) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
+    return FailService(absl::InvalidArgumentError(absl::StrCat(
         "--trace_steps: '", absl::GetFlag(FLAGS_trace_steps), "' is not spans, events or off")));
   }
-  auto obs = ServiceObservability::Start(
-      ObservabilityOptions::FromFlags("treespec-coordinator", absl::GetFlag(FLAGS_listen)));
-  if (!obs.ok()) return Fail(obs.status());
+  auto obs = StartServiceObservability("treespec-coordinator");
+  if (!obs.ok()) return FailService(obs.status());
   CoordinatorTelemetry telemetry((*obs)->registry(), (*obs)->tracer(), step_tracing);
   std::vector<std::unique_ptr<WorkerClient>> workers;
   for (absl::string_view w : absl::StrSplit(absl::GetFlag(FLAGS_workers), ',', absl::SkipEmpty())) {
-    if (absl::Status st = CheckHostPort("--workers", std::string(w)); !st.ok()) return Fail(st);
+    absl::Status st = CheckHostPort("--workers", std::string(w));
+    if (!st.ok()) return FailService(st);
     workers.push_back(MakeGrpcWorkerClient(std::string(w), tls));
   }
   std::vector<DrafterSpec> drafters;
   for (absl::string_view d : absl::StrSplit(absl::GetFlag(FLAGS_drafters), ',', absl::SkipEmpty())) {
     std::vector<std::string> kv = absl::StrSplit(d, absl::MaxSplits('=', 1));
     if (kv.size() != 2 || kv[0].empty()) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat("--drafters: '", d, "' is not NAME=ADDR")));
+      return FailService(
+          absl::InvalidArgumentError(absl::StrCat("--drafters: '", d, "' is not NAME=ADDR")));
     }
-    if (absl::Status st = CheckHostPort("--drafters", kv[1]); !st.ok()) return Fail(st);
+    if (absl::Status st = CheckHostPort("--drafters", kv[1]); !st.ok()) return FailService(st);
     drafters.push_back({kv[0], MakeGrpcDrafterClient(kv[1], tls)});
   }
   std::unique_ptr<Tokenizer> tokenizer;
   if (!absl::GetFlag(FLAGS_tokenizer).empty()) {
     auto tok = LoadTokenizer(absl::GetFlag(FLAGS_tokenizer));
-    if (!tok.ok()) return Fail(tok.status());
+    if (!tok.ok()) return FailService(tok.status());
     tokenizer = std::move(*tok);
   }
   CoordinatorOptions options;
@@ -90,18 +76,20 @@ int Main() {
   options.telemetry = &telemetry;
   auto coordinator = Coordinator::Create(options, std::move(workers), std::move(drafters),
                                          std::move(tokenizer));
-  if (!coordinator.ok()) return Fail(coordinator.status());
-  if (absl::Status st = (*coordinator)->Start(); !st.ok()) return Fail(st);
+  if (!coordinator.ok()) return FailService(coordinator.status());
+  if (absl::Status st = (*coordinator)->Start(); !st.ok()) return FailService(st);
   GenerationService service(coordinator->get());
   // Generate makes its own `generate` span (coordinator/generate_telemetry.h).
-  auto server = StartServer(absl::GetFlag(FLAGS_listen), {&service}, tls,
-                            (*obs)->Interceptors({"/treespec.v1.Generation/Generate"}));
-  if (!server.ok()) return Fail(server.status());
+  auto server =
+      StartServiceServer({&service}, obs->get(), {"/treespec.v1.Generation/Generate"});
+  if (!server.ok()) return FailService(server.status());
   telemetry.RegisterGauges(coordinator->get());
   // After the drain, traces are flushed and the metrics endpoint stops before
   // the coordinator its gauges read goes away.
-  return ServeUntilSignal(&*server, obs->get(),
-                          std::chrono::seconds(absl::GetFlag(FLAGS_shutdown_grace_s)));
+  // Requests still queued or streaming when the grace ends get UNAVAILABLE
+  // "server shutting down" rather than a cancelled call.
+  Coordinator* c = coordinator->get();
+  return ServeUntilSignal(&*server, obs->get(), [c] { c->Shutdown(); }, [c] { c->Shutdown(); });
 }
 
 }  // namespace

@@ -1,34 +1,45 @@
 // Lane: the step loop of one (worker group, drafter replica) pair.
 //
 // All live sequences of the pair advance together: per step ONE Draft RPC and
-// ONE Verify RPC for the whole batch (DESIGN.md "One speculative step"); new
-// sequences join between steps (continuous batching) after a batched Open on
-// the worker (prefill + first token) and on the drafter. Each step streams the
-// new tokens, applies stop conditions, and frees finished, cancelled or
-// expired sequences on both services before the next step.
+// ONE Verify RPC for the whole batch (DESIGN.md "One speculative step"). The
+// loop itself is a proto-free state machine (step_machine.h); the lane runs
+// it on its own thread and moves its plans over the wire (lane_rpc.h).
+//
+// Admission never stalls live streams: a new request's worker Open (prefill
+// and first token) and drafter Open run in parallel on a small task pool, off
+// the step thread; the sequence streams its first token when the worker Open
+// returns and joins the steps between two steps once both Opens returned. Releases run on the pool as well and are retried with
+// back-off when they fail (release_queue.h).
 //
 // Failures: if the drafter fails or is unreachable, its sequences verify
 // root-only trees (plain decoding) and are re-opened on the drafter once it
-// answers again — the client only sees slower tokens. If the worker fails,
-// the lane's sequences end with UNAVAILABLE naming the worker; other lanes are
-// untouched. A lane runs on its own thread; Add is thread-safe.
+// answers again — the client only sees slower tokens. A malformed drafted
+// tree is a drafter error and a plain step, never the client's fault. If the
+// worker fails, the lane's sequences end with UNAVAILABLE naming the worker;
+// other lanes are untouched.
+//
+// Shutdown (or destruction) ends every queued, opening and live request with
+// UNAVAILABLE "server shutting down". Thread-safe.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
-#include <optional>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "core/tokenizer/tokenizer.h"
 #include "core/spec/bandit.h"
-#include "core/spec/stop.h"
+#include "core/tokenizer/tokenizer.h"
 #include "coordinator/endpoints.h"
+#include "coordinator/lane_rpc.h"
+#include "coordinator/release_queue.h"
 #include "coordinator/request.h"
+#include "coordinator/step_machine.h"
+#include "coordinator/task_pool.h"
 #include "coordinator/telemetry.h"
 
 namespace treespec {
@@ -37,12 +48,19 @@ struct LaneOptions {
   std::chrono::milliseconds open_timeout{120000};
   std::chrono::milliseconds verify_timeout{60000};
   std::chrono::milliseconds draft_timeout{5000};
-  int max_batch = 64;
+  std::chrono::milliseconds release_timeout{5000};
+  int max_batch = 64;                    // live plus opening sequences
   std::vector<TreeShape> bandit_shapes;  // arms for speculation.tree = "auto"
   BanditOptions bandit;
   const Tokenizer* tokenizer = nullptr;  // for text deltas; null: ids only
+  // Sequence ids; required. The coordinator starts it at a random 64-bit
+  // base so that replicas sharing a worker never collide.
   std::atomic<uint64_t>* next_sequence_id = nullptr;
   CoordinatorTelemetry* telemetry = nullptr;  // not owned; null: no metrics or traces
+  int64_t vocab_size = 0;      // drafted trees are checked against it (0: not checked)
+  int64_t max_tree_nodes = 0;  // and against this size (0: no limit)
+  ReleaseQueueOptions release_retry;
+  int num_rpc_threads = 4;  // the pool for Opens and Releases
 };
 
 // Per-step accounting the lane reports (for benchmarks and metrics).
@@ -58,26 +76,35 @@ struct LaneStepStats {
 class Lane {
  public:
   Lane(WorkerEndpoint* worker, DrafterEndpoint* drafter, LaneOptions options);
-  ~Lane();
+  ~Lane();  // Shutdown()
 
+  // After Shutdown, the request ends at once with UNAVAILABLE.
   void Add(std::shared_ptr<RequestState> request);
+  // Ends every queued and live request with UNAVAILABLE "server shutting
+  // down", releases what the lane holds and stops its thread. Idempotent.
+  void Shutdown();
   // Live plus waiting sequences.
   int64_t load() const;
-  // Requests added but not yet admitted (opened on the worker).
+  // Requests not yet stepping: queued, or with their worker Open in flight.
   int64_t waiting() const;
   WorkerEndpoint* worker() const { return worker_; }
   DrafterEndpoint* drafter() const { return drafter_; }
   LaneStepStats stats() const;
+  // Release ids given up after every retry failed (worker plus drafter).
+  int64_t releases_dropped() const;
 
  private:
-  struct Seq;
   void Run();
+  void Iterate();
   void Admit(std::vector<std::shared_ptr<RequestState>> arrivals);
-  void ReopenDrafts();
+  void OpenDrafts(std::vector<DrafterOpenItem> items, std::vector<SeqTelemetry> tel);
   void Step();
-  void Emit(Seq* seq, const std::vector<int32_t>& new_tokens);
-  void FinishSeq(Seq* seq, absl::Status status);
   void Reap();
+  void PumpReleases(bool final);
+  void Post(std::function<void()> fn);  // runs `fn` on the lane thread
+  void RunMailbox();
+  void EndRemaining();
+  void Publish();
 
   WorkerEndpoint* const worker_;
   DrafterEndpoint* const drafter_;
@@ -85,13 +112,20 @@ class Lane {
 
   mutable absl::Mutex mu_;
   std::vector<std::shared_ptr<RequestState>> arrivals_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::function<void()>> mailbox_ ABSL_GUARDED_BY(mu_);
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;  // the lane thread has ended everything
   int64_t live_count_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t opening_count_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t releases_dropped_ ABSL_GUARDED_BY(mu_) = 0;
   LaneStepStats stats_ ABSL_GUARDED_BY(mu_);
 
   // Owned by the lane thread.
-  std::vector<std::unique_ptr<Seq>> live_;
+  StepMachine machine_;
+  LaneRpc rpc_;
+  ReleaseQueue worker_releases_, drafter_releases_;
   std::thread thread_;
+  TaskPool pool_;  // destroyed first: its tasks use the members above
 };
 
 }  // namespace treespec

@@ -76,6 +76,17 @@ void SeqTelemetry::OnFallback() {
   c->Inc();
 }
 
+void SeqTelemetry::OnFallback(const char* reason) {
+  if (t_ == nullptr) return;
+  fallback_reason_ = reason;
+  t_->fallback_steps->WithLabels({drafter_, reason})->Inc();
+}
+
+void SeqTelemetry::OnDrafterError(const char* reason) {
+  if (t_ == nullptr) return;
+  t_->drafter_errors->WithLabels({drafter_, reason})->Inc();
+}
+
 void SeqTelemetry::OnVerify(int64_t nodes, int32_t accepted, const std::string& tree) {
   if (t_ == nullptr) return;
   step_ += 1;

@@ -14,7 +14,8 @@
 // one SpanData per sampled sequence per RPC (tools/bench/trace_bench.cc
 // measures it against step events).
 //
-// Thread-compatible: a sequence's telemetry is used by its lane thread only.
+// Thread-compatible: a sequence's telemetry is used by its lane thread only;
+// the Open RPCs, which run on the lane's task pool, trace through copies.
 #pragma once
 
 #include <chrono>
@@ -39,7 +40,11 @@ class SeqTelemetry {
   // This step's draft request returned a tree of `nodes` nodes (root included).
   void OnDraft(const std::string& tree, int64_t nodes);
   // This step is verified root-only although the request asked for a drafter.
+  // Without `reason`, it is inferred from the draft RPC and OnDraft calls.
   void OnFallback();
+  void OnFallback(const char* reason);
+  // The drafter got this step's draft wrong (`reason` as in FallbackReason).
+  void OnDrafterError(const char* reason);
   // This step's verification: `nodes` tree nodes (1: a plain step), `accepted`
   // drafted tokens accepted; `tree` is the drafted shape ("" for none).
   void OnVerify(int64_t nodes, int32_t accepted, const std::string& tree);
@@ -85,6 +90,13 @@ class BatchRpcTrace {
   BatchRpcTrace(CoordinatorTelemetry* t, const char* rpc, const Range& seqs) : t_(t), rpc_(rpc) {
     if (t == nullptr) return;
     for (const auto& s : seqs) members_.push_back(&s->tel);
+    Begin();
+  }
+  // The same for the sequences' telemetry itself.
+  BatchRpcTrace(CoordinatorTelemetry* t, const char* rpc, std::vector<SeqTelemetry*> members)
+      : t_(t), rpc_(rpc) {
+    if (t == nullptr) return;
+    members_ = std::move(members);
     Begin();
   }
   ~BatchRpcTrace();

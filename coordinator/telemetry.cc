@@ -1,7 +1,5 @@
 #include "coordinator/telemetry.h"
 
-#include "coordinator/coordinator.h"
-
 namespace treespec {
 namespace {
 
@@ -61,6 +59,10 @@ CoordinatorTelemetry::CoordinatorTelemetry(MetricsRegistry* r, Tracer* tracer, S
       fallback_steps(r->AddCounter("treespec_spec_fallback_steps_total",
                                    "Steps verified without a tree although a drafter was asked for",
                                    {"drafter", "reason"})),
+      drafter_errors(r->AddCounter("treespec_drafter_errors_total",
+                                   "Steps whose draft the drafter got wrong (failed RPC, an error "
+                                   "for the sequence, a malformed tree)",
+                                   {"drafter", "reason"})),
       lane_rpc_seconds(r->AddHistogram("treespec_lane_rpc_seconds",
                                        "Batched RPC time seen by a lane (prefill, drafter_open, "
                                        "draft, verify)",
@@ -82,27 +84,23 @@ const CoordinatorTelemetry::RpcMetrics& CoordinatorTelemetry::ForRpc(const std::
   return it == rpc_metrics_.end() ? kNone : it->second;
 }
 
-void CoordinatorTelemetry::RegisterGauges(const Coordinator* c) {
+void CoordinatorTelemetry::RegisterGauges(const GaugeSource* c) {
   registry_->AddGaugeCallback("treespec_queue_depth",
                               "Requests waiting for admission into a lane",
                               [c] { return static_cast<double>(c->NumWaiting()); });
   registry_->AddGaugeCallback("treespec_live_sequences", "Sequences being decoded",
                               [c] { return static_cast<double>(c->NumLive()); });
+  auto samples = [](const std::vector<GaugeSource::Health>& hs) {
+    std::vector<GaugeSample> out;
+    for (const auto& h : hs) out.push_back({{h.name}, h.healthy ? 1.0 : 0.0});
+    return out;
+  };
   registry_->AddGaugeCallback(
       "treespec_worker_up", "Whether the coordinator considers a worker group healthy (1) or not",
-      {"worker"}, [c] {
-        std::vector<GaugeSample> out;
-        for (const auto& w : c->workers()) out.push_back({{w->name}, w->health.healthy() ? 1.0 : 0.0});
-        return out;
-      });
-  registry_->AddGaugeCallback(
-      "treespec_drafter_up", "Whether a drafter name has a healthy replica (1) or not", {"drafter"},
-      [c] {
-        std::vector<GaugeSample> out;
-        const v1::ModelInfo info = c->ModelInfo();
-        for (const auto& d : info.drafters()) out.push_back({{d.name()}, d.healthy() ? 1.0 : 0.0});
-        return out;
-      });
+      {"worker"}, [c, samples] { return samples(c->WorkerHealth()); });
+  registry_->AddGaugeCallback("treespec_drafter_up",
+                              "Whether a drafter name has a healthy replica (1) or not",
+                              {"drafter"}, [c, samples] { return samples(c->DrafterHealth()); });
 }
 
 }  // namespace treespec

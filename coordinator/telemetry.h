@@ -19,6 +19,9 @@
 //   treespec_spec_fallback_steps_total{drafter,reason}
 //                                                   steps verified without a tree although the
 //                                                   request asked for a drafter
+//   treespec_drafter_errors_total{drafter,reason}  steps whose draft the drafter got wrong
+//                                                   (draft_rpc_failed, draft_error, invalid_tree);
+//                                                   each is also a fallback step
 //   treespec_lane_rpc_seconds{rpc}                  batched prefill / drafter_open / draft /
 //                                                   verify RPC time seen by the lane
 //   treespec_lane_batch_size{rpc}                   sequences per batched RPC (count)
@@ -39,15 +42,31 @@
 // (never per token) and updated with atomics. Thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "obs/metrics.h"
 #include "obs/tracer.h"
 
 namespace treespec {
 
-class Coordinator;
+// What the gauges read at scrape time; the coordinator implements it (so this
+// header does not depend on coordinator.h, which depends on it). Thread-safe.
+class GaugeSource {
+ public:
+  struct Health {
+    std::string name;
+    bool healthy = false;
+  };
+  virtual ~GaugeSource() = default;
+  virtual int64_t NumWaiting() const = 0;
+  virtual int64_t NumLive() const = 0;
+  virtual std::vector<Health> WorkerHealth() const = 0;
+  // One entry per drafter name: healthy if any replica is.
+  virtual std::vector<Health> DrafterHealth() const = 0;
+};
 
 enum class StepTracing { kSpans, kEvents, kOff };
 // "spans" | "events" | "off".
@@ -59,9 +78,9 @@ class CoordinatorTelemetry {
   CoordinatorTelemetry(MetricsRegistry* registry, Tracer* tracer,
                        StepTracing steps = StepTracing::kSpans);
 
-  // Gauges read from `coordinator` at scrape time: queue depth, live
-  // sequences, endpoint health and load. It must outlive the registry's use.
-  void RegisterGauges(const Coordinator* coordinator);
+  // Gauges read from `source` (the coordinator) at scrape time: queue depth,
+  // live sequences, endpoint health. It must outlive the registry's use.
+  void RegisterGauges(const GaugeSource* source);
 
   // The lane_rpc_seconds and lane_batch_size children of a batched RPC kind
   // ("prefill", "drafter_open", "draft", "verify"), looked up once.
@@ -89,6 +108,7 @@ class CoordinatorTelemetry {
   CounterFamily* const accepted_tokens;
   CounterFamily* const accepted_by_depth;
   CounterFamily* const fallback_steps;
+  CounterFamily* const drafter_errors;
   HistogramFamily* const lane_rpc_seconds;
   HistogramFamily* const lane_batch_size;
 

@@ -7,7 +7,9 @@
 // committed since its previous call (accepted drafts then the bonus token) and
 // returns a new tree rooted at the last of them. Steps are numbered from 1; a
 // repeated or out-of-order step is rejected (ABORTED) and changes nothing.
-// Failures are per sequence.
+// Failures are per sequence. Every Open / Draft touching a sequence renews
+// its lease; ReleaseExpired (the service's sweeper) releases sequences whose
+// lease ran out, so a dead coordinator's sequences give their memory back.
 //
 // Thread-safe: implementations serialise calls internally.
 #pragma once
@@ -19,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "core/spec/token_tree.h"
 #include "core/spec/tree_shape.h"
 
@@ -60,21 +63,26 @@ class Drafter {
   virtual std::vector<absl::Status> Open(const std::vector<DrafterOpenSpec>& specs) = 0;
   virtual std::vector<DraftOutcome> Draft(const std::vector<DraftSpec>& specs) = 0;
   virtual int Release(const std::vector<uint64_t>& ids) = 0;
+  // Releases every sequence whose lease ran out; returns how many.
+  virtual int ReleaseExpired() = 0;
   virtual DrafterStats Stats() const = 0;
 };
 
 struct DrafterOptions {
-  std::string kind;             // "mamba" | "transformer"
+  std::string kind;             // "mamba" | "transformer": must match the model's kind
   std::string model_dir;
   int64_t max_sequences = 64;
   int64_t max_tree_nodes = 64;  // root included
   int64_t max_context = 4096;   // transformer: KV per sequence
   int32_t default_top_k = 32;
   bool use_graphs = true;       // CUDA graphs for batched steps where supported
+  // Sequences untouched this long are released by ReleaseExpired (zero: never).
+  absl::Duration sequence_lease = absl::ZeroDuration();
   absl::Status Validate() const;
 };
 
-// Creates a drafter of options.kind on `backend` (which must outlive it).
+// Loads the drafter model of options.model_dir on `backend` (which must
+// outlive it); INVALID_ARGUMENT when options.kind does not match the model.
 class Backend;
 absl::StatusOr<std::unique_ptr<Drafter>> CreateDrafter(const DrafterOptions& options,
                                                        Backend* backend);

@@ -1,36 +1,29 @@
 // treespec-drafter: serves one drafter model (mamba or transformer) over gRPC.
+#include <algorithm>
 #include <cstdio>
-#include <iostream>
 
 #include "absl/flags/flag.h"
 #include "core/tensor/backend.h"
+#include "core/util/periodic.h"
 #include "drafter_service/drafter.h"
 #include "drafter_service/drafter_service.h"
-#include "rpc/observability.h"
-#include "rpc/server.h"
+#include "drafter_service/drafter_telemetry.h"
 #include "rpc/service_main.h"
 
-ABSL_FLAG(std::string, kind, "mamba", "Drafter kind: mamba or transformer");
+ABSL_FLAG(std::string, kind, "mamba", "Drafter kind: mamba or transformer (must match --model)");
 ABSL_FLAG(std::string, model, "", "Hugging Face model directory of the drafter");
-ABSL_FLAG(std::string, listen, "127.0.0.1:0", "HOST:PORT to serve gRPC on (port 0: any free port)");
 ABSL_FLAG(std::string, device, "cpu", "Backend: cpu, cpu:THREADS, cuda, cuda:N, cuda:N:bf16");
 ABSL_FLAG(int64_t, max_sequences, 64, "Most concurrently open sequences");
 ABSL_FLAG(int64_t, max_tree_nodes, 64, "Largest tree per sequence (root included)");
 ABSL_FLAG(int64_t, max_context, 4096, "transformer: longest sequence in the drafter's KV cache");
 ABSL_FLAG(int32_t, top_k, 32, "Default support size of the draft distribution q");
 ABSL_FLAG(bool, graphs, true, "Use CUDA graphs for batched steps (cuda only)");
-ABSL_FLAG(int32_t, shutdown_grace_s, 30, "Seconds in-flight calls may take after SIGTERM");
-ABSL_FLAG(std::string, tls_cert, "", "PEM certificate (enables TLS)");
-ABSL_FLAG(std::string, tls_key, "", "PEM private key");
-ABSL_FLAG(std::string, tls_ca, "", "PEM CA bundle for client certificates");
+ABSL_FLAG(double, sequence_lease_s, 60,
+          "Seconds after its last Open/Draft that a sequence is released (its client is presumed "
+          "gone); 0: never");
 
 namespace treespec {
 namespace {
-
-int Fail(const absl::Status& st) {
-  std::cerr << "treespec-drafter: " << st << std::endl;
-  return 1;
-}
 
 int Main() {
   DrafterOptions options;
@@ -41,23 +34,30 @@ int Main() {
   options.max_context = absl::GetFlag(FLAGS_max_context);
   options.default_top_k = absl::GetFlag(FLAGS_top_k);
   options.use_graphs = absl::GetFlag(FLAGS_graphs);
-  if (absl::Status st = options.Validate(); !st.ok()) return Fail(st);
+  options.sequence_lease = absl::Seconds(absl::GetFlag(FLAGS_sequence_lease_s));
+  if (absl::Status st = options.Validate(); !st.ok()) return FailService(st);
   auto backend = CreateBackend(absl::GetFlag(FLAGS_device));
-  if (!backend.ok()) return Fail(backend.status());
+  if (!backend.ok()) return FailService(backend.status());
   auto drafter = CreateDrafter(options, backend->get());
-  if (!drafter.ok()) return Fail(drafter.status());
+  if (!drafter.ok()) return FailService(drafter.status());
+  std::unique_ptr<Periodic> sweeper;
+  if (options.sequence_lease > absl::ZeroDuration()) {
+    Drafter* d = drafter->get();
+    sweeper = std::make_unique<Periodic>(
+        std::min(absl::Seconds(1), options.sequence_lease / 4), [d] {
+          if (int n = d->ReleaseExpired(); n > 0) {
+            std::fprintf(stderr, "treespec-drafter: released %d sequences whose lease expired\n", n);
+          }
+        });
+  }
   const std::string& dir = options.model_dir;
   DrafterService service(drafter->get(), dir.substr(dir.find_last_of('/') + 1));
-  TlsFiles tls{absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
-               absl::GetFlag(FLAGS_tls_ca)};
-  auto obs = ServiceObservability::Start(
-      ObservabilityOptions::FromFlags("treespec-drafter", absl::GetFlag(FLAGS_listen)));
-  if (!obs.ok()) return Fail(obs.status());
-  (*obs)->RegisterService(&service);
-  auto server = StartServer(absl::GetFlag(FLAGS_listen), {&service}, tls, (*obs)->Interceptors());
-  if (!server.ok()) return Fail(server.status());
-  return ServeUntilSignal(&*server, obs->get(),
-                          std::chrono::seconds(absl::GetFlag(FLAGS_shutdown_grace_s)));
+  auto obs = StartServiceObservability("treespec-drafter");
+  if (!obs.ok()) return FailService(obs.status());
+  RegisterDrafterTelemetry(&service, obs->get());
+  auto server = StartServiceServer({&service}, obs->get());
+  if (!server.ok()) return FailService(server.status());
+  return ServeUntilSignal(&*server, obs->get());
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/spec/philox.h"
 #include "core/spec/sampling.h"
+#include "core/util/status_macros.h"
 
 namespace treespec {
 namespace {
@@ -51,6 +52,11 @@ absl::Status DrafterOptions::Validate() const {
                                                    kMaxTreeNodes, "], got ", max_tree_nodes));
   }
   if (default_top_k < 1) return absl::InvalidArgumentError("--top-k must be >= 1");
+  if (sequence_lease < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("--sequence-lease-s ",
+                                                   absl::ToDoubleSeconds(sequence_lease),
+                                                   " must not be negative"));
+  }
   return absl::OkStatus();
 }
 
@@ -58,17 +64,7 @@ std::vector<absl::Status> TreeDrafter::Open(const std::vector<DrafterOpenSpec>& 
   absl::MutexLock lock(&mu_);
   std::vector<absl::Status> out;
   for (const DrafterOpenSpec& spec : specs) {
-    if (seqs_.count(spec.id)) {
-      out.push_back(absl::AlreadyExistsError(absl::StrCat("sequence_id ", spec.id,
-                                                          " is already open")));
-      continue;
-    }
-    if (static_cast<int64_t>(seqs_.size()) >= options_.max_sequences) {
-      out.push_back(absl::ResourceExhaustedError(
-          absl::StrCat("drafter is at its limit of ", options_.max_sequences, " sequences")));
-      continue;
-    }
-    absl::Status st;
+    absl::Status st = seqs_.CheckOpen(spec.id);
     for (size_t i = 0; i < spec.prompt.size() && st.ok(); ++i) {
       if (spec.prompt[i] < 0 || spec.prompt[i] >= vocab_size()) {
         st = absl::InvalidArgumentError(absl::StrCat("prompt[", i, "] = ", spec.prompt[i],
@@ -76,10 +72,39 @@ std::vector<absl::Status> TreeDrafter::Open(const std::vector<DrafterOpenSpec>& 
       }
     }
     if (st.ok()) st = OpenSequence(spec.id, spec.prompt);
-    if (st.ok()) seqs_[spec.id] = SeqState{};
+    if (st.ok()) st = seqs_.Insert(spec.id, SeqState{});
     out.push_back(st);
   }
   return out;
+}
+
+absl::Status TreeDrafter::CheckDraft(const DraftSpec& s, BatchIds* ids, SeqState** state) {
+  TS_ASSIGN_OR_RETURN(*state, seqs_.Find(s.id));
+  TS_RETURN_IF_ERROR(ids->Add(s.id));
+  if ((*state)->broken) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sequence ", s.id, " lost its drafter state in an earlier failure; release and reopen it"));
+  }
+  TS_RETURN_IF_ERROR(seqs_.CheckStep(s.id, s.step, "draft step", "drafted"));
+  if (s.new_tokens.empty()) return absl::InvalidArgumentError("new_tokens is empty");
+  if (s.shape.NumNodes() > options_.max_tree_nodes) {
+    return absl::InvalidArgumentError(absl::StrCat("tree '", s.shape.ToString(), "' has ",
+                                                   s.shape.NumNodes(), " nodes; this drafter allows ",
+                                                   options_.max_tree_nodes));
+  }
+  if (s.top_k < 0) return absl::InvalidArgumentError(absl::StrCat("top_k ", s.top_k, " is negative"));
+  if (!(s.temperature >= 0.0f && s.temperature <= 100.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("temperature ", s.temperature,
+                                                   " is outside [0, 100]"));
+  }
+  const int64_t V = vocab_size();
+  for (size_t t = 0; t < s.new_tokens.size(); ++t) {
+    if (s.new_tokens[t] < 0 || s.new_tokens[t] >= V) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "new_tokens[", t, "] = ", s.new_tokens[t], " is outside the vocabulary [0, ", V, ")"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::vector<DraftOutcome> TreeDrafter::Draft(const std::vector<DraftSpec>& specs) {
@@ -88,47 +113,18 @@ std::vector<DraftOutcome> TreeDrafter::Draft(const std::vector<DraftSpec>& specs
   std::vector<DraftOutcome> out(specs.size());
   std::vector<AdvanceItem> items;
   std::vector<size_t> item_index;
-  std::set<uint64_t> seen;
+  BatchIds ids;
+  std::map<uint64_t, SeqState*> state_of;
   for (size_t i = 0; i < specs.size(); ++i) {
     const DraftSpec& s = specs[i];
     DraftOutcome& o = out[i];
     o.id = s.id;
     o.step = s.step;
-    auto it = seqs_.find(s.id);
-    if (it == seqs_.end()) {
-      o.status = absl::NotFoundError(absl::StrCat("sequence_id ", s.id, " is not open"));
-    } else if (!seen.insert(s.id).second) {
-      o.status = absl::InvalidArgumentError(absl::StrCat("sequence_id ", s.id, " appears twice"));
-    } else if (it->second.broken) {
-      o.status = absl::FailedPreconditionError(absl::StrCat(
-          "sequence ", s.id, " lost its drafter state in an earlier failure; release and reopen it"));
-    } else if (s.step != it->second.next_step) {
-      o.status = absl::AbortedError(absl::StrCat(
-          "draft step ", s.step, " of sequence ", s.id,
-          s.step < it->second.next_step ? " was already drafted" : " is out of order",
-          " (expected ", it->second.next_step, ")"));
-    } else if (s.new_tokens.empty()) {
-      o.status = absl::InvalidArgumentError("new_tokens is empty");
-    } else if (s.shape.NumNodes() > options_.max_tree_nodes) {
-      o.status = absl::InvalidArgumentError(absl::StrCat("tree '", s.shape.ToString(), "' has ",
-                                                         s.shape.NumNodes(),
-                                                         " nodes; this drafter allows ",
-                                                         options_.max_tree_nodes));
-    } else if (s.top_k < 0) {
-      o.status = absl::InvalidArgumentError(absl::StrCat("top_k ", s.top_k, " is negative"));
-    } else if (!(s.temperature >= 0.0f && s.temperature <= 100.0f)) {
-      o.status = absl::InvalidArgumentError(absl::StrCat("temperature ", s.temperature,
-                                                         " is outside [0, 100]"));
-    } else {
-      for (size_t t = 0; t < s.new_tokens.size() && o.status.ok(); ++t) {
-        if (s.new_tokens[t] < 0 || s.new_tokens[t] >= V) {
-          o.status = absl::InvalidArgumentError(absl::StrCat(
-              "new_tokens[", t, "] = ", s.new_tokens[t], " is outside the vocabulary [0, ", V, ")"));
-        }
-      }
-    }
+    SeqState* state = nullptr;
+    o.status = CheckDraft(s, &ids, &state);
     if (!o.status.ok()) continue;
-    items.push_back({s.id, &it->second.last_tree, &s.new_tokens});
+    state_of[s.id] = state;
+    items.push_back({s.id, &state->last_tree, &s.new_tokens});
     item_index.push_back(i);
   }
   if (items.empty()) return out;
@@ -147,7 +143,7 @@ std::vector<DraftOutcome> TreeDrafter::Draft(const std::vector<DraftSpec>& specs
     const size_t i = item_index[k];
     if (!adv_status[k].ok()) {
       out[i].status = adv_status[k];
-      seqs_[specs[i].id].broken = true;
+      state_of[specs[i].id]->broken = true;
       continue;
     }
     const DraftSpec& s = specs[i];
@@ -194,7 +190,7 @@ std::vector<DraftOutcome> TreeDrafter::Draft(const std::vector<DraftSpec>& specs
   }
   for (auto& [id, tree] : trees) {
     DraftOutcome& o = out[spec_of[id]];
-    SeqState& st = seqs_[id];
+    SeqState& st = *state_of[id];
     if (!level_status.ok()) {
       o.status = level_status;
       st.broken = true;
@@ -202,7 +198,7 @@ std::vector<DraftOutcome> TreeDrafter::Draft(const std::vector<DraftSpec>& specs
     }
     if (!tree.draft.empty()) tree.draft.resize(tree.tokens.size());
     st.last_tree = tree;
-    st.next_step += 1;
+    seqs_.AdvanceStep(id);
     o.tree = std::move(tree);
   }
   return out;
@@ -212,17 +208,24 @@ int TreeDrafter::Release(const std::vector<uint64_t>& ids) {
   absl::MutexLock lock(&mu_);
   int n = 0;
   for (uint64_t id : ids) {
-    if (seqs_.erase(id) == 0) continue;
+    if (!seqs_.Erase(id).has_value()) continue;
     ReleaseSequence(id);
     ++n;
   }
   return n;
 }
 
+int TreeDrafter::ReleaseExpired() {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::pair<uint64_t, SeqState>> expired = seqs_.TakeExpired();
+  for (const auto& [id, state] : expired) ReleaseSequence(id);
+  return static_cast<int>(expired.size());
+}
+
 DrafterStats TreeDrafter::Stats() const {
   absl::MutexLock lock(&mu_);
   DrafterStats s = ModelStats();
-  s.num_sequences = static_cast<int64_t>(seqs_.size());
+  s.num_sequences = seqs_.size();
   return s;
 }
 

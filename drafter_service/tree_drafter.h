@@ -11,9 +11,10 @@
 // Leaves are fed too, so every node of the last tree has its state and the
 // next call only needs the bonus token.
 //
-// Subclasses supply the model hooks: Advance (consume committed tokens and
-// return each root's next-token logits) and Expand (feed one level of new
-// nodes). Thread-safe: one mutex around every public call.
+// The sequence table (ids, steps, leases) is a SequenceTable. Subclasses
+// supply the model hooks: Advance (consume committed tokens and return each
+// root's next-token logits) and Expand (feed one level of new nodes).
+// Thread-safe: one mutex around every public call.
 #pragma once
 
 #include <map>
@@ -21,6 +22,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "core/model/sequence_table.h"
 #include "drafter_service/drafter.h"
 
 namespace treespec {
@@ -30,10 +32,13 @@ class TreeDrafter : public Drafter {
   std::vector<absl::Status> Open(const std::vector<DrafterOpenSpec>& specs) override;
   std::vector<DraftOutcome> Draft(const std::vector<DraftSpec>& specs) override;
   int Release(const std::vector<uint64_t>& ids) override;
+  int ReleaseExpired() override;
   DrafterStats Stats() const override;
 
  protected:
-  explicit TreeDrafter(const DrafterOptions& options) : options_(options) {}
+  explicit TreeDrafter(const DrafterOptions& options)
+      : options_(options),
+        seqs_(SequenceTableOptions{options.max_sequences, options.sequence_lease}) {}
 
   // A node to feed: sequence `id`, its `node` index in the tree being built,
   // whose state derives from `parent`'s, carrying `token`.
@@ -72,13 +77,15 @@ class TreeDrafter : public Drafter {
 
  private:
   struct SeqState {
-    uint64_t next_step = 1;
     TokenTree last_tree;  // empty before the first draft
     // Set when a failure left the model state part-advanced: every later
     // Draft fails with FAILED_PRECONDITION until the caller reopens it.
     bool broken = false;
   };
-  std::map<uint64_t, SeqState> seqs_ ABSL_GUARDED_BY(mu_);
+  // Checks one DraftSpec against the table; OK when it may be drafted.
+  absl::Status CheckDraft(const DraftSpec& s, BatchIds* ids, SeqState** state)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  SequenceTable<SeqState> seqs_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace treespec

@@ -11,8 +11,6 @@
 #include "absl/strings/str_split.h"
 #include "obs/otlp.h"
 #include "rpc/server_telemetry.h"
-#include "treespec/v1/drafter.grpc.pb.h"
-#include "treespec/v1/worker.grpc.pb.h"
 
 ABSL_FLAG(int32_t, metrics_port, -1,
           "Port of the Prometheus /metrics HTTP endpoint, on the host of --listen "
@@ -154,91 +152,20 @@ void ServiceObservability::TimeMethod(const std::string& method, Histogram* hist
   method_histograms_[method] = histogram;
 }
 
-void ServiceObservability::RegisterService(grpc::Service* service) {
-  MetricsRegistry& r = registry_;
-  if (auto* w = dynamic_cast<v1::Worker::Service*>(service)) {
-    auto info = [w] {
-      v1::GetWorkerInfoRequest req;
-      v1::WorkerInfo resp;
-      grpc::Status st = w->GetWorkerInfo(nullptr, &req, &resp);
-      return std::make_pair(st.ok(), resp);
-    };
-    r.AddGaugeCallback("treespec_worker_sequences", "Live sequences on the worker", {},
-                       [info] {
-                         auto [ok, i] = info();
-                         if (!ok) return std::vector<GaugeSample>{};
-                         return std::vector<GaugeSample>{{{}, double(i.num_sequences())}};
-                       });
-    r.AddGaugeCallback("treespec_worker_kv_blocks", "KV cache blocks by state (used, free)",
-                       {"state"}, [info] {
-                         auto [ok, i] = info();
-                         if (!ok) return std::vector<GaugeSample>{};
-                         return std::vector<GaugeSample>{{{"used"}, double(i.kv_blocks_used())},
-                                                         {{"free"}, double(i.kv_blocks_free())}};
-                       });
-    r.AddGaugeCallback("treespec_worker_kv_block_size_tokens", "Tokens per KV cache block", {},
-                       [info] {
-                         auto [ok, i] = info();
-                         if (!ok) return std::vector<GaugeSample>{};
-                         return std::vector<GaugeSample>{{{}, double(i.kv_block_size())}};
-                       });
-    HistogramFamily* step = r.AddHistogram(
-        "treespec_worker_step_seconds",
-        "Worker step time: one batched Verify (tree forward + acceptance) or Open (prefill) call",
-        StepBuckets(), {"phase"});
-    TimeMethod("/treespec.v1.Worker/Verify", step->WithLabels({"verify"}));
-    TimeMethod("/treespec.v1.Worker/Open", step->WithLabels({"prefill"}));
-    untraced_.insert("/treespec.v1.Worker/GetWorkerInfo");
-    untraced_.insert("/treespec.v1.Worker/Release");
-    if (health_ != nullptr && !watchdog_.joinable()) {
-      watchdog_ = std::thread([this, w] {
-        while (true) {
-          {
-            absl::MutexLock lock(&watchdog_mu_);
-            auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watchdog_mu_) {
-              return watchdog_stop_;
-            };
-            if (watchdog_mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Seconds(1))) return;
-          }
-          v1::GetWorkerInfoRequest req;
-          v1::WorkerInfo resp;
-          if (w->GetWorkerInfo(nullptr, &req, &resp).error_code() ==
-              grpc::StatusCode::UNAVAILABLE) {
-            health_->SetBroken();
-          }
-        }
-      });
+void ServiceObservability::Untraced(const std::string& method) { untraced_.insert(method); }
+
+void ServiceObservability::WatchHealth(std::function<bool()> is_broken) {
+  if (health_ == nullptr || watchdog_.joinable()) return;
+  watchdog_ = std::thread([this, is_broken = std::move(is_broken)] {
+    while (true) {
+      {
+        absl::MutexLock lock(&watchdog_mu_);
+        auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(watchdog_mu_) { return watchdog_stop_; };
+        if (watchdog_mu_.AwaitWithTimeout(absl::Condition(&stop), absl::Seconds(1))) return;
+      }
+      if (is_broken()) health_->SetBroken();
     }
-  } else if (auto* d = dynamic_cast<v1::Drafter::Service*>(service)) {
-    auto info = [d] {
-      v1::GetDrafterInfoRequest req;
-      v1::DrafterInfoResponse resp;
-      grpc::Status st = d->GetDrafterInfo(nullptr, &req, &resp);
-      return std::make_pair(st.ok(), resp);
-    };
-    r.AddGaugeCallback("treespec_drafter_sequences", "Live sequences on the drafter", {},
-                       [info] {
-                         auto [ok, i] = info();
-                         if (!ok) return std::vector<GaugeSample>{};
-                         return std::vector<GaugeSample>{{{}, double(i.num_sequences())}};
-                       });
-    r.AddGaugeCallback("treespec_drafter_state_slots", "Drafter state slots by state (used, free)",
-                       {"state"}, [info] {
-                         auto [ok, i] = info();
-                         if (!ok) return std::vector<GaugeSample>{};
-                         return std::vector<GaugeSample>{
-                             {{"used"}, double(i.slots_total() - i.slots_free())},
-                             {{"free"}, double(i.slots_free())}};
-                       });
-    HistogramFamily* step = r.AddHistogram(
-        "treespec_drafter_step_seconds",
-        "Drafter step time: one batched Draft (tree construction) or Open (prompt) call",
-        StepBuckets(), {"phase"});
-    TimeMethod("/treespec.v1.Drafter/Draft", step->WithLabels({"draft"}));
-    TimeMethod("/treespec.v1.Drafter/Open", step->WithLabels({"prefill"}));
-    untraced_.insert("/treespec.v1.Drafter/GetDrafterInfo");
-    untraced_.insert("/treespec.v1.Drafter/Release");
-  }
+  });
 }
 
 std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>

@@ -14,13 +14,17 @@
 // (host:pid), host.name, treespec.rank (workers), plus OTEL_RESOURCE_ATTRIBUTES
 // ("k=v,k=v", e.g. k8s.pod.name from the downward API).
 //
-// Lifecycle in a main(): Start → RegisterService (gauges that read the
-// service's Info RPC at scrape time, step-time histograms) → StartServer with
-// Interceptors() → SetServing(true) … SIGTERM → SetServing(false) → server
-// Shutdown(grace) → Shutdown() (flushes traces). Thread-safe after Start.
+// Lifecycle in a main(): Start → the service's own telemetry registers its
+// gauges, method histograms, untraced methods and health watch here
+// (worker/worker_telemetry.h, drafter_service/drafter_telemetry.h,
+// coordinator/telemetry.h) → StartServer with Interceptors() →
+// SetServing(true) … SIGTERM → SetServing(false) → server Shutdown(grace) →
+// Shutdown() (flushes traces). Registration happens before the server starts;
+// the rest is thread-safe after Start.
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -65,15 +69,15 @@ class ServiceObservability {
   MetricsRegistry* registry() { return &registry_; }
   Tracer* tracer() { return tracer_.get(); }  // null when tracing is off
 
-  // Worker and drafter services: gauges read through their Info RPC handler
-  // at scrape time and step-time histograms; their Info and Release calls
-  // (probes, clean-up) get no spans. A worker's Info handler is also polled
-  // every second: once it answers UNAVAILABLE (a tensor-parallel group that
-  // failed) the health port reports broken (readiness and liveness
-  // NOT_SERVING) so that Kubernetes restarts the rank. Other services: nothing.
-  void RegisterService(grpc::Service* service);
-  // Also time `method` (full name) into `histogram`.
+  // Also time `method` (full name, "/treespec.v1.Worker/Verify") into `histogram`.
   void TimeMethod(const std::string& method, Histogram* histogram);
+  // `method` (full name) gets metrics but no server span (probes, clean-up).
+  void Untraced(const std::string& method);
+  // Polls `is_broken` every second from a thread of its own (until Shutdown);
+  // once it returns true the health port reports broken (readiness and
+  // liveness NOT_SERVING) so that Kubernetes restarts the process. Nothing
+  // when there is no health port. At most one watch.
+  void WatchHealth(std::function<bool()> is_broken);
 
   // For StartServer; `untraced` methods get metrics but no server span.
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
@@ -97,7 +101,7 @@ class ServiceObservability {
   std::unique_ptr<MetricsServer> metrics_;
   std::unique_ptr<HealthPort> health_;
   bool shut_down_ = false;
-  // The worker watchdog (RegisterService).
+  // The health watch (WatchHealth).
   absl::Mutex watchdog_mu_;
   bool watchdog_stop_ ABSL_GUARDED_BY(watchdog_mu_) = false;
   std::thread watchdog_;

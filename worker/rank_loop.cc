@@ -7,11 +7,11 @@ namespace treespec {
 
 using Clock = std::chrono::steady_clock;
 
-GroupLeader::GroupLeader(Communicator* control, Communicator* data, LlamaModel* model,
-                         PagedKvCache* cache, GroupHealth* health, GroupLeaderOptions options)
+GroupLeader::GroupLeader(Communicator* control, Communicator* data, SequenceModel* local,
+                         GroupHealth* health, GroupLeaderOptions options)
     : control_(control),
       data_(data),
-      local_(model, cache),
+      local_(local),
       health_(health),
       options_(options),
       last_send_(Clock::now()) {
@@ -20,51 +20,55 @@ GroupLeader::GroupLeader(Communicator* control, Communicator* data, LlamaModel* 
 
 GroupLeader::~GroupLeader() { Shutdown(); }
 
-int64_t GroupLeader::CreateSequence() {
+absl::StatusOr<int64_t> GroupLeader::Open(int64_t capacity) {
   absl::MutexLock lock(&mu_);
-  const int64_t kv = local_.CreateSequence();
-  log_.Create(kv);
-  return kv;
-}
-
-absl::Status GroupLeader::Reserve(int64_t kv, int64_t total_len) {
-  absl::MutexLock lock(&mu_);
-  absl::Status st = local_.Reserve(kv, total_len);
-  log_.Reserve(kv, total_len, st.ok());
-  return st;
+  absl::StatusOr<int64_t> handle = local_->Open(capacity);
+  log_.Open(handle.ok() ? *handle : -1, capacity, handle.ok());
+  return handle;
 }
 
 absl::Status GroupLeader::Commit(int64_t kv, int64_t n) {
   absl::MutexLock lock(&mu_);
-  absl::Status st = local_.Commit(kv, n);
+  absl::Status st = local_->Commit(kv, n);
   log_.Commit(kv, n, st.ok());
   return st;
 }
 
 absl::Status GroupLeader::CommitPath(int64_t kv, const std::vector<int32_t>& path) {
   absl::MutexLock lock(&mu_);
-  absl::Status st = local_.CommitPath(kv, path);
+  absl::Status st = local_->CommitPath(kv, path);
   log_.CommitPath(kv, path, st.ok());
   return st;
 }
 
 void GroupLeader::Release(int64_t kv) {
   absl::MutexLock lock(&mu_);
-  local_.Release(kv);
+  local_->Release(kv);
   log_.Release(kv);
 }
 
-absl::Status GroupLeader::Forward(const std::vector<ForwardSeq>& seqs, ForwardOutput* out) {
+absl::Status GroupLeader::Forward(const std::vector<ForwardSeq>& seqs, ForwardOutput* out,
+                                  const ForwardOptions& options) {
   absl::MutexLock lock(&mu_);
   TS_RETURN_IF_ERROR(health_->status());
   if (stopping_) return absl::UnavailableError("worker group is shutting down");
   log_.Forward(seqs);
   if (absl::Status st = SendLocked(FrameKind::kLog); !st.ok()) return GroupFailed(st);
-  absl::Status st = local_.Forward(seqs, out);
+  absl::Status st = local_->Forward(seqs, out, options);
   // Only a failed collective breaks the group; input errors (decided before
   // any collective, identically on every rank) stay with this pass.
   if (!st.ok() && (!data_->status().ok() || !control_->status().ok())) return GroupFailed(st);
   return st;
+}
+
+int64_t GroupLeader::length(int64_t handle) const {
+  absl::MutexLock lock(&mu_);
+  return local_->length(handle);
+}
+
+SequenceModelStats GroupLeader::stats() const {
+  absl::MutexLock lock(&mu_);
+  return local_->stats();
 }
 
 absl::Status GroupLeader::SendLocked(FrameKind kind) {
@@ -113,7 +117,7 @@ uint64_t GroupLeader::frames_sent() const {
   return frames_;
 }
 
-absl::Status RunFollower(Communicator* control, LlamaModel* model, PagedKvCache* cache) {
+absl::Status RunFollower(Communicator* control, SequenceModel* model) {
   uint64_t expected = 0;
   std::string log;
   while (true) {
@@ -127,7 +131,7 @@ absl::Status RunFollower(Communicator* control, LlamaModel* model, PagedKvCache*
                                               expected));
     }
     ++expected;
-    if (absl::Status st = ReplayStepLog(log, model, cache); !st.ok()) {
+    if (absl::Status st = ReplayStepLog(log, model); !st.ok()) {
       return absl::Status(st.code(), absl::StrCat("replaying frame ", header.number, ": ",
                                                   st.message()));
     }

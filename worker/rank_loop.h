@@ -1,8 +1,8 @@
 // The rank loop of a tensor-parallel worker group (DESIGN.md "worker group").
 //
-// Rank 0 serves gRPC and runs a TargetRunner whose TargetOps is a
-// GroupLeader: every KV cache operation is applied locally and appended to a
-// StepLog (worker/step_log.h); every forward pass first broadcasts the log
+// Rank 0 serves gRPC and runs a TargetRunner whose SequenceModel is a
+// GroupLeader: every sequence operation is applied to the local model and
+// appended to a StepLog (worker/step_log.h); every forward pass first broadcasts the log
 // (ending with the pass itself) over the control communicator, then runs the
 // local shard of the pass, whose collectives the other ranks join. The log is
 // also flushed by heartbeat frames sent when rank 0 has been idle for
@@ -10,7 +10,7 @@
 // timeout for its next frame. Verification and sampling run on rank 0 only.
 //
 // Ranks > 0 run RunFollower: receive a frame, replay its log on their shard
-// (same cache geometry, so the same block ids), repeat, until rank 0 sends a
+// (same model memory geometry, so the same handles and block ids), repeat, until rank 0 sends a
 // shutdown frame or the group fails.
 //
 // Failure: a failed frame or collective on rank 0 fails the GroupHealth (which
@@ -31,7 +31,7 @@
 #include "core/comm/communicator.h"
 #include "worker/group_health.h"
 #include "worker/step_log.h"
-#include "worker/target_ops.h"
+#include "core/model/sequence_model.h"
 
 namespace treespec {
 
@@ -43,20 +43,24 @@ struct GroupLeaderOptions {
   std::chrono::milliseconds name_grace{std::chrono::seconds(5)};
 };
 
-class GroupLeader final : public TargetOps {
+class GroupLeader final : public SequenceModel {
  public:
   // `control` carries the frames; `data` is the model's communicator (the
-  // same object on CPU). None is owned; all must outlive the leader.
-  GroupLeader(Communicator* control, Communicator* data, LlamaModel* model, PagedKvCache* cache,
+  // same object on CPU); `local` is this rank's shard. None is owned; all
+  // must outlive the leader.
+  GroupLeader(Communicator* control, Communicator* data, SequenceModel* local,
               GroupHealth* health, GroupLeaderOptions options);
   ~GroupLeader() override;  // Shutdown()
 
-  int64_t CreateSequence() override;
-  absl::Status Reserve(int64_t kv, int64_t total_len) override;
-  absl::Status Commit(int64_t kv, int64_t n) override;
-  absl::Status CommitPath(int64_t kv, const std::vector<int32_t>& path) override;
-  void Release(int64_t kv) override;
-  absl::Status Forward(const std::vector<ForwardSeq>& seqs, ForwardOutput* out) override;
+  const ModelInfo& info() const override { return local_->info(); }
+  absl::StatusOr<int64_t> Open(int64_t capacity) override;
+  absl::Status Forward(const std::vector<ForwardSeq>& seqs, ForwardOutput* out,
+                       const ForwardOptions& options = {}) override;
+  absl::Status Commit(int64_t handle, int64_t n) override;
+  absl::Status CommitPath(int64_t handle, const std::vector<int32_t>& path) override;
+  void Release(int64_t handle) override;
+  int64_t length(int64_t handle) const override;
+  SequenceModelStats stats() const override;
 
   // Sends the shutdown frame (followers exit 0) and stops heartbeats; later
   // passes fail with UNAVAILABLE. Idempotent.
@@ -70,7 +74,7 @@ class GroupLeader final : public TargetOps {
 
   Communicator* const control_;
   Communicator* const data_;
-  LocalTargetOps local_;
+  SequenceModel* const local_;
   GroupHealth* const health_;
   const GroupLeaderOptions options_;
 
@@ -84,6 +88,6 @@ class GroupLeader final : public TargetOps {
 
 // Rank > 0: follows rank 0 until a shutdown frame (OK) or a failure (the
 // error: rank 0 gone, a collective timed out, or a divergent log).
-absl::Status RunFollower(Communicator* control, LlamaModel* model, PagedKvCache* cache);
+absl::Status RunFollower(Communicator* control, SequenceModel* model);
 
 }  // namespace treespec

@@ -8,7 +8,7 @@
 namespace treespec {
 namespace {
 
-enum Opcode : uint8_t { kCreate = 1, kReserve = 2, kCommit = 3, kCommitPath = 4, kRelease = 5, kForward = 6 };
+enum Opcode : uint8_t { kOpen = 1, kCommit = 3, kCommitPath = 4, kRelease = 5, kForward = 6 };
 
 class LogReader {
  public:
@@ -56,7 +56,7 @@ bool IsDeterministicInputError(const absl::Status& st) {
 
 absl::Status Check(bool leader_ok, const absl::Status& here, const char* op, int64_t kv) {
   if (leader_ok == here.ok()) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat("diverged from rank 0: ", op, " of KV sequence ", kv,
+  return absl::InternalError(absl::StrCat("diverged from rank 0: ", op, " of sequence ", kv,
                                           leader_ok ? " succeeded on rank 0 but failed here: "
                                                     : " failed on rank 0 but succeeded here",
                                           here.message()));
@@ -69,15 +69,10 @@ void StepLog::PutI32s(const std::vector<int32_t>& v) {
   bytes_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int32_t));
 }
 
-void StepLog::Create(int64_t kv) {
-  Put<uint8_t>(kCreate);
-  Put<int64_t>(kv);
-}
-
-void StepLog::Reserve(int64_t kv, int64_t total_len, bool ok) {
-  Put<uint8_t>(kReserve);
-  Put<int64_t>(kv);
-  Put<int64_t>(total_len);
+void StepLog::Open(int64_t handle, int64_t capacity, bool ok) {
+  Put<uint8_t>(kOpen);
+  Put<int64_t>(handle);
+  Put<int64_t>(capacity);
   Put<uint8_t>(ok);
 }
 
@@ -148,7 +143,7 @@ absl::Status ReceiveFrame(Communicator* comm, FrameHeader* header, std::string* 
   return absl::OkStatus();
 }
 
-absl::Status ReplayStepLog(const std::string& log, LlamaModel* model, PagedKvCache* cache) {
+absl::Status ReplayStepLog(const std::string& log, SequenceModel* model) {
   LogReader in(log);
   while (!in.done()) {
     uint8_t op = 0;
@@ -156,21 +151,17 @@ absl::Status ReplayStepLog(const std::string& log, LlamaModel* model, PagedKvCac
     int64_t kv = 0;
     uint8_t ok = 0;
     switch (op) {
-      case kCreate: {
+      case kOpen: {
+        int64_t capacity = 0;
         TS_RETURN_IF_ERROR(in.Get(&kv));
-        const int64_t mine = cache->CreateSequence();
-        if (mine != kv) {
-          return absl::InternalError(absl::StrCat("diverged from rank 0: new KV sequence ", mine,
+        TS_RETURN_IF_ERROR(in.Get(&capacity));
+        TS_RETURN_IF_ERROR(in.Get(&ok));
+        absl::StatusOr<int64_t> mine = model->Open(capacity);
+        TS_RETURN_IF_ERROR(Check(ok, mine.status(), "Open", kv));
+        if (mine.ok() && *mine != kv) {
+          return absl::InternalError(absl::StrCat("diverged from rank 0: new sequence ", *mine,
                                                   " here, ", kv, " on rank 0"));
         }
-        break;
-      }
-      case kReserve: {
-        int64_t total = 0;
-        TS_RETURN_IF_ERROR(in.Get(&kv));
-        TS_RETURN_IF_ERROR(in.Get(&total));
-        TS_RETURN_IF_ERROR(in.Get(&ok));
-        TS_RETURN_IF_ERROR(Check(ok, cache->Reserve(kv, total), "Reserve", kv));
         break;
       }
       case kCommit: {
@@ -178,7 +169,7 @@ absl::Status ReplayStepLog(const std::string& log, LlamaModel* model, PagedKvCac
         TS_RETURN_IF_ERROR(in.Get(&kv));
         TS_RETURN_IF_ERROR(in.Get(&n));
         TS_RETURN_IF_ERROR(in.Get(&ok));
-        TS_RETURN_IF_ERROR(Check(ok, cache->Commit(kv, n), "Commit", kv));
+        TS_RETURN_IF_ERROR(Check(ok, model->Commit(kv, n), "Commit", kv));
         break;
       }
       case kCommitPath: {
@@ -186,12 +177,12 @@ absl::Status ReplayStepLog(const std::string& log, LlamaModel* model, PagedKvCac
         TS_RETURN_IF_ERROR(in.Get(&kv));
         TS_RETURN_IF_ERROR(in.GetI32s(&path));
         TS_RETURN_IF_ERROR(in.Get(&ok));
-        TS_RETURN_IF_ERROR(Check(ok, cache->CommitPath(kv, path), "CommitPath", kv));
+        TS_RETURN_IF_ERROR(Check(ok, model->CommitPath(kv, path), "CommitPath", kv));
         break;
       }
       case kRelease:
         TS_RETURN_IF_ERROR(in.Get(&kv));
-        cache->Release(kv);
+        model->Release(kv);
         break;
       case kForward: {
         uint32_t n = 0;
@@ -207,7 +198,7 @@ absl::Status ReplayStepLog(const std::string& log, LlamaModel* model, PagedKvCac
           TS_RETURN_IF_ERROR(in.GetI32s(&s.parents));
         }
         ForwardOutput out;
-        absl::Status st = model->Forward(seqs, cache, &out);
+        absl::Status st = model->Forward(seqs, &out);
         if (!st.ok() && !IsDeterministicInputError(st)) return st;
         break;
       }

@@ -1,19 +1,19 @@
-// StepLog: the operations rank 0 of a tensor-parallel group applied to its
-// model state since its last frame, serialized so the other ranks can replay
+// StepLog: the SequenceModel operations rank 0 of a tensor-parallel group
+// applied to its model state since its last frame, serialized so the other ranks can replay
 // them on their shard, and the frames that carry logs over the group's
 // control communicator.
 //
 // Record format (host byte order; every rank runs the same build): a sequence
 // of records, each a u8 opcode then its fields.
-//   kCreate      i64 kv                      (the id rank 0's cache returned)
-//   kReserve     i64 kv, i64 total_len, u8 ok
+//   kOpen        i64 handle (-1 on failure), i64 capacity, u8 ok
 //   kCommit      i64 kv, i64 n, u8 ok
 //   kCommitPath  i64 kv, u32 n, i32 path[n], u8 ok
 //   kRelease     i64 kv
 //   kForward     u32 num_seqs, then per sequence: i64 kv, i32 num_prior,
 //                u8 logits mode, u32 n, i32 tokens[n], u32 m, i32 parents[m]
 // `ok` is whether the operation succeeded on rank 0: a follower whose result
-// differs has diverged and stops. A forward pass is the last record of a log
+// (or handle) differs has diverged and stops. Hidden-state requests are not
+// logged: they add no collective, so followers need not repeat them. A forward pass is the last record of a log
 // (rank 0 sends the log just before running it).
 //
 // Frame: a fixed kFrameBytes broadcast holding a FrameHeader and the first
@@ -29,8 +29,7 @@
 #include "absl/status/status.h"
 #include "core/comm/communicator.h"
 #include "core/model/forward_batch.h"
-#include "core/model/kv_cache.h"
-#include "core/model/llama.h"
+#include "core/model/sequence_model.h"
 
 namespace treespec {
 
@@ -53,8 +52,7 @@ inline constexpr size_t kFrameBytes = 4096;
 
 class StepLog {
  public:
-  void Create(int64_t kv);
-  void Reserve(int64_t kv, int64_t total_len, bool ok);
+  void Open(int64_t handle, int64_t capacity, bool ok);
   void Commit(int64_t kv, int64_t n, bool ok);
   void CommitPath(int64_t kv, const std::vector<int32_t>& path, bool ok);
   void Release(int64_t kv);
@@ -82,6 +80,6 @@ absl::Status ReceiveFrame(Communicator* comm, FrameHeader* header, std::string* 
 // must have seen too (bad input, no capacity: decided before any collective)
 // is skipped; any other failure, or a cache result that differs from rank
 // 0's, is returned (the follower then leaves the group).
-absl::Status ReplayStepLog(const std::string& log, LlamaModel* model, PagedKvCache* cache);
+absl::Status ReplayStepLog(const std::string& log, SequenceModel* model);
 
 }  // namespace treespec

@@ -1,7 +1,7 @@
 #include "worker/target_runner.h"
 
+#include <algorithm>
 #include <chrono>
-#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "core/spec/philox.h"
@@ -16,6 +16,8 @@ int64_t NowNs() {
       .count();
 }
 
+bool NoVerifyWaiting(std::atomic<int>* waiting) { return waiting->load() == 0; }
+
 }  // namespace
 
 absl::Status TargetRunnerOptions::Validate() const {
@@ -29,35 +31,31 @@ absl::Status TargetRunnerOptions::Validate() const {
   if (max_sequences < 1) {
     return absl::InvalidArgumentError(absl::StrCat("max_sequences ", max_sequences, " must be >= 1"));
   }
+  if (prefill_chunk_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prefill_chunk_tokens ", prefill_chunk_tokens, " must be >= 1"));
+  }
+  if (sequence_lease < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sequence lease ", absl::FormatDuration(sequence_lease), " must not be negative"));
+  }
   return absl::OkStatus();
 }
 
-TargetRunner::TargetRunner(LlamaModel* model, PagedKvCache* cache, TargetRunnerOptions options)
+TargetRunner::TargetRunner(SequenceModel* model, TargetRunnerOptions options, Clock clock)
     : model_(model),
-      cache_(cache),
       options_(options),
-      local_ops_(std::make_unique<LocalTargetOps>(model, cache)),
-      ops_(local_ops_.get()) {}
-
-TargetRunner::TargetRunner(LlamaModel* model, PagedKvCache* cache, TargetRunnerOptions options,
-                           TargetOps* ops)
-    : model_(model), cache_(cache), options_(options), ops_(ops) {}
+      table_(SequenceTableOptions{options.max_sequences, options.sequence_lease}, std::move(clock)) {}
 
 bool TargetRunner::HasSequence(uint64_t id) const {
   absl::MutexLock lock(&mu_);
-  return seqs_.count(id) > 0;
+  return table_.IsVisible(id);
 }
 
 absl::Status TargetRunner::CheckOpen(const OpenSpec& spec) const {
-  if (seqs_.count(spec.id)) {
-    return absl::AlreadyExistsError(absl::StrCat("sequence_id ", spec.id, " is already open"));
-  }
-  if (static_cast<int64_t>(seqs_.size()) >= options_.max_sequences) {
-    return absl::ResourceExhaustedError(absl::StrCat("worker is at its limit of ",
-                                                     options_.max_sequences, " sequences"));
-  }
+  TS_RETURN_IF_ERROR(table_.CheckOpen(spec.id));
   if (spec.prompt.empty()) return absl::InvalidArgumentError("prompt is empty");
-  const int64_t V = model_->config().vocab_size;
+  const int64_t V = model_->info().vocab_size;
   for (size_t i = 0; i < spec.prompt.size(); ++i) {
     if (spec.prompt[i] < 0 || spec.prompt[i] >= V) {
       return absl::InvalidArgumentError(absl::StrCat("prompt[", i, "] = ", spec.prompt[i],
@@ -79,72 +77,115 @@ absl::Status TargetRunner::CheckOpen(const OpenSpec& spec) const {
 }
 
 int32_t TargetRunner::SampleFirst(const Seq& seq, const float* logits) const {
-  const int64_t V = model_->config().vocab_size;
+  const int64_t V = model_->info().vocab_size;
   if (seq.sampling.greedy()) return Argmax(logits, V);
   std::vector<float> probs;
   ProcessLogits(logits, V, seq.sampling, &probs);
   return SampleDense(probs, Uniform({seq.seed, RngStream::kVerify, 0, 0}, 0));
 }
 
+void TargetRunner::FailOpen(uint64_t id, int64_t handle, absl::Status st, OpenOutcome* out) {
+  model_->Release(handle);
+  table_.Erase(id);
+  out->status = std::move(st);
+}
+
 std::vector<OpenOutcome> TargetRunner::Open(const std::vector<OpenSpec>& specs) {
-  absl::MutexLock lock(&mu_);
   std::vector<OpenOutcome> out(specs.size());
-  std::vector<ForwardSeq> batch;
-  std::vector<size_t> batch_index;
-  std::set<uint64_t> seen;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const OpenSpec& spec = specs[i];
-    out[i].id = spec.id;
-    out[i].status = CheckOpen(spec);
-    if (out[i].status.ok() && !seen.insert(spec.id).second) {
-      out[i].status = absl::InvalidArgumentError(
-          absl::StrCat("sequence_id ", spec.id, " appears twice in one request"));
+  std::vector<Prefilling> work;
+  size_t longest = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    BatchIds ids;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const OpenSpec& spec = specs[i];
+      out[i].id = spec.id;
+      out[i].status = CheckOpen(spec);
+      if (out[i].status.ok()) out[i].status = ids.Add(spec.id);
+      if (!out[i].status.ok()) continue;
+      Seq seq;
+      seq.sampling = spec.sampling;
+      seq.seed = spec.seed;
+      seq.max_total = spec.max_total_tokens > 0 ? spec.max_total_tokens : options_.max_context;
+      absl::StatusOr<int64_t> handle = model_->Open(seq.max_total + options_.max_tree_nodes);
+      if (!handle.ok()) {
+        out[i].status = handle.status();
+        continue;
+      }
+      seq.handle = *handle;
+      out[i].status = table_.Insert(spec.id, seq, /*visible=*/false);
+      if (!out[i].status.ok()) {
+        model_->Release(*handle);
+        continue;
+      }
+      work.push_back({i, *handle});
+      longest = std::max(longest, spec.prompt.size());
     }
-    if (!out[i].status.ok()) continue;
-    Seq seq;
-    seq.kv = ops_->CreateSequence();
-    seq.sampling = spec.sampling;
-    seq.seed = spec.seed;
-    seq.max_total = spec.max_total_tokens > 0 ? spec.max_total_tokens : options_.max_context;
-    absl::Status reserve = ops_->Reserve(seq.kv, seq.max_total + options_.max_tree_nodes);
-    if (!reserve.ok()) {
-      ops_->Release(seq.kv);
-      out[i].status = reserve;
-      continue;
-    }
-    seqs_[spec.id] = seq;
-    batch.push_back({seq.kv, spec.prompt, {}, LogitsMode::kLast});
-    batch_index.push_back(i);
   }
-  if (batch.empty()) return out;
-  ForwardOutput fo;
-  absl::Status st = ops_->Forward(batch, &fo);
-  for (size_t b = 0; b < batch.size(); ++b) {
-    OpenOutcome& o = out[batch_index[b]];
-    Seq& seq = seqs_[o.id];
-    if (st.ok()) st = ops_->Commit(seq.kv, static_cast<int64_t>(batch[b].tokens.size()));
-    if (!st.ok()) {
-      ops_->Release(seq.kv);
-      seqs_.erase(o.id);
-      o.status = st;
-      continue;
-    }
-    seq.pending = SampleFirst(seq, fo.row_logits(fo.row_start[b]));
-    seq.num_tokens = static_cast<int64_t>(batch[b].tokens.size()) + 1;
-    o.first_token = seq.pending;
+  const size_t chunk = static_cast<size_t>(options_.prefill_chunk_tokens);
+  for (size_t offset = 0; offset < longest; offset += chunk) {
+    // Verify calls waiting for the lock go first: live streams never wait
+    // for more than one chunk of somebody else's prompt.
+    mu_.LockWhen(absl::Condition(&NoVerifyWaiting, &verifies_waiting_));
+    PrefillChunk(specs, offset, &work, &out);
+    mu_.Unlock();
   }
   return out;
 }
 
+void TargetRunner::PrefillChunk(const std::vector<OpenSpec>& specs, size_t offset,
+                                std::vector<Prefilling>* work, std::vector<OpenOutcome>* out) {
+  const size_t chunk = static_cast<size_t>(options_.prefill_chunk_tokens);
+  std::vector<ForwardSeq> batch;
+  std::vector<Prefilling*> members;
+  for (Prefilling& p : *work) {
+    const OpenSpec& spec = specs[p.index];
+    if (p.done) continue;
+    Seq* seq = table_.FindAny(spec.id);
+    if (seq != nullptr && seq->release_requested) {
+      p.done = true;
+      FailOpen(spec.id, p.handle,
+               absl::CancelledError(absl::StrCat("sequence_id ", spec.id,
+                                                 " was released while its prompt was prefilled")),
+               &(*out)[p.index]);
+      continue;
+    }
+    const size_t end = std::min(spec.prompt.size(), offset + chunk);
+    const bool last = end == spec.prompt.size();
+    batch.push_back({p.handle,
+                     std::vector<int32_t>(spec.prompt.begin() + offset, spec.prompt.begin() + end),
+                     {},
+                     last ? LogitsMode::kLast : LogitsMode::kNone});
+    members.push_back(&p);
+  }
+  if (batch.empty()) return;
+  ForwardOutput fo;
+  absl::Status st = model_->Forward(batch, &fo);
+  for (size_t b = 0; b < batch.size(); ++b) {
+    Prefilling& p = *members[b];
+    const uint64_t id = specs[p.index].id;
+    OpenOutcome& o = (*out)[p.index];
+    absl::Status seq_st = st;
+    if (seq_st.ok()) seq_st = model_->Commit(p.handle, static_cast<int64_t>(batch[b].tokens.size()));
+    if (!seq_st.ok()) {
+      p.done = true;
+      FailOpen(id, p.handle, seq_st, &o);
+      continue;
+    }
+    if (batch[b].logits != LogitsMode::kLast) continue;
+    Seq* seq = table_.FindAny(id);
+    seq->pending = SampleFirst(*seq, fo.row_logits(fo.row_start[b]));
+    seq->num_tokens = static_cast<int64_t>(specs[p.index].prompt.size()) + 1;
+    o.first_token = seq->pending;
+    p.done = true;
+    table_.Publish(id);
+  }
+}
+
 absl::Status TargetRunner::CheckStep(const StepSpec& step, const Seq& seq,
                                      VerifyMode mode) const {
-  if (step.step != seq.next_step) {
-    return absl::AbortedError(absl::StrCat("step ", step.step, " of sequence ", step.id,
-                                           step.step < seq.next_step ? " was already committed"
-                                                                     : " is out of order",
-                                           " (expected ", seq.next_step, ")"));
-  }
-  TS_RETURN_IF_ERROR(step.tree.Validate(model_->config().vocab_size));
+  TS_RETURN_IF_ERROR(table_.CheckStep(step.id, step.step, "step", "committed"));
+  TS_RETURN_IF_ERROR(step.tree.Validate(model_->info().vocab_size));
   if (step.tree.tokens[0] != seq.pending) {
     return absl::InvalidArgumentError(absl::StrCat("tree.tokens[0] = ", step.tree.tokens[0],
                                                    " is not the sequence's last token ",
@@ -164,62 +205,71 @@ absl::Status TargetRunner::CheckStep(const StepSpec& step, const Seq& seq,
 
 std::vector<StepOutcome> TargetRunner::Verify(const std::vector<StepSpec>& steps,
                                               StepTimings* timings) {
+  verifies_waiting_.fetch_add(1);
   absl::MutexLock lock(&mu_);
+  verifies_waiting_.fetch_sub(1);
   std::vector<StepOutcome> out(steps.size());
   std::vector<ForwardSeq> batch;
   std::vector<size_t> batch_index;
+  std::vector<Seq*> batch_seq;
   std::vector<VerifyMode> modes(steps.size(), VerifyMode::kGreedy);
-  std::set<uint64_t> seen;
+  BatchIds ids;
   for (size_t i = 0; i < steps.size(); ++i) {
     const StepSpec& s = steps[i];
     out[i].id = s.id;
     out[i].step = s.step;
-    auto it = seqs_.find(s.id);
     if (!s.invalid.ok()) {
       out[i].status = s.invalid;
       continue;
     }
-    if (it == seqs_.end()) {
-      out[i].status = absl::NotFoundError(absl::StrCat("sequence_id ", s.id, " is not open"));
-      continue;
-    }
-    if (!seen.insert(s.id).second) {
-      out[i].status = absl::InvalidArgumentError(
-          absl::StrCat("sequence_id ", s.id, " appears twice in one request"));
-      continue;
-    }
-    modes[i] = s.mode.value_or(it->second.sampling.greedy() ? VerifyMode::kGreedy
-                                                             : VerifyMode::kMultiRound);
-    out[i].status = CheckStep(s, it->second, modes[i]);
+    absl::StatusOr<Seq*> seq = table_.Find(s.id);
+    out[i].status = seq.status();
+    if (out[i].status.ok()) out[i].status = ids.Add(s.id);
     if (!out[i].status.ok()) continue;
-    batch.push_back({it->second.kv, s.tree.tokens, s.tree.parents, LogitsMode::kAll});
+    modes[i] = s.mode.value_or((*seq)->sampling.greedy() ? VerifyMode::kGreedy
+                                                          : VerifyMode::kMultiRound);
+    out[i].status = CheckStep(s, **seq, modes[i]);
+    if (!out[i].status.ok()) continue;
+    batch.push_back({(*seq)->handle, s.tree.tokens, s.tree.parents, LogitsMode::kAll});
     batch_index.push_back(i);
+    batch_seq.push_back(*seq);
+  }
+  // A batch verified greedily only needs each row's argmax, computed on the
+  // device: no logits leave it.
+  ForwardOptions options;
+  options.argmax_only = !batch.empty();
+  for (size_t b = 0; b < batch.size(); ++b) {
+    if (modes[batch_index[b]] != VerifyMode::kGreedy && !batch_seq[b]->sampling.greedy()) {
+      options.argmax_only = false;
+    }
   }
   const int64_t t0 = NowNs();
   ForwardOutput fo;
-  absl::Status st = batch.empty() ? absl::OkStatus() : ops_->Forward(batch, &fo);
+  absl::Status st = batch.empty() ? absl::OkStatus() : model_->Forward(batch, &fo, options);
   const int64_t t1 = NowNs();
-  const int64_t V = model_->config().vocab_size;
+  const int64_t V = model_->info().vocab_size;
   for (size_t b = 0; b < batch.size(); ++b) {
     StepOutcome& o = out[batch_index[b]];
     const StepSpec& s = steps[batch_index[b]];
-    Seq& seq = seqs_[s.id];
+    Seq& seq = *batch_seq[b];
     if (!st.ok()) {
       o.status = st;
       continue;
     }
-    VerifyResult r = treespec::Verify(modes[batch_index[b]], s.tree, fo.row_logits(fo.row_start[b]), V,
-                                      seq.sampling,
-                                      RngKey{seq.seed, RngStream::kVerify,
-                                             static_cast<uint32_t>(s.step), 0});
-    o.status = ops_->CommitPath(seq.kv, r.path);
+    VerifyResult r =
+        options.argmax_only
+            ? VerifyGreedyArgmax(s.tree, fo.argmax.data() + fo.row_start[b])
+            : treespec::Verify(modes[batch_index[b]], s.tree, fo.row_logits(fo.row_start[b]), V,
+                               seq.sampling,
+                               RngKey{seq.seed, RngStream::kVerify, static_cast<uint32_t>(s.step), 0});
+    o.status = model_->CommitPath(seq.handle, r.path);
     if (!o.status.ok()) continue;
     o.tokens = r.NewTokens();
     o.num_accepted = r.num_accepted();
     o.accepted_nodes = r.path;
     seq.pending = r.bonus_token;
     seq.num_tokens += static_cast<int64_t>(o.tokens.size());
-    seq.next_step += 1;
+    table_.AdvanceStep(s.id);
   }
   if (timings != nullptr) {
     timings->forward_ns = t1 - t0;
@@ -232,22 +282,36 @@ int TargetRunner::Release(const std::vector<uint64_t>& ids) {
   absl::MutexLock lock(&mu_);
   int n = 0;
   for (uint64_t id : ids) {
-    auto it = seqs_.find(id);
-    if (it == seqs_.end()) continue;
-    ops_->Release(it->second.kv);
-    seqs_.erase(it);
+    if (!table_.IsVisible(id)) {
+      // Still prefilling: its Open cancels it after the current chunk.
+      if (Seq* opening = table_.FindAny(id); opening != nullptr) {
+        opening->release_requested = true;
+        ++n;
+      }
+      continue;
+    }
+    std::optional<Seq> seq = table_.Erase(id);
+    model_->Release(seq->handle);
     ++n;
   }
   return n;
 }
 
+int TargetRunner::ReleaseExpired() {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::pair<uint64_t, Seq>> expired = table_.TakeExpired();
+  for (const auto& [id, seq] : expired) model_->Release(seq.handle);
+  return static_cast<int>(expired.size());
+}
+
 TargetRunnerStats TargetRunner::Stats() const {
   absl::MutexLock lock(&mu_);
+  SequenceModelStats m = model_->stats();
   TargetRunnerStats s;
-  s.num_sequences = static_cast<int64_t>(seqs_.size());
-  s.kv_blocks_used = cache_->num_used_blocks();
-  s.kv_blocks_free = cache_->num_free_blocks();
-  s.kv_block_size = cache_->options().block_size;
+  s.num_sequences = table_.size();
+  s.kv_blocks_used = m.blocks_used;
+  s.kv_blocks_free = m.blocks_free;
+  s.kv_block_size = m.block_size;
   return s;
 }
 

@@ -1,24 +1,36 @@
 // TargetRunner: the worker's sequence table and speculative step, without gRPC.
 //
-// It owns, per sequence, the committed tokens' KV cache, the pending token
-// (the last committed token, whose KV is not cached yet: the root of the next
-// tree), the step counter and the sampling parameters. Open prefills prompts in
-// one batched forward pass and samples each first token; Verify runs ONE
-// forward pass over every sequence's packed tree, then per sequence accepts a
-// path (core/spec/verify.h), compacts the KV cache to it and advances.
+// It owns, per sequence, a SequenceModel handle over the committed tokens, the
+// pending token (the last committed token, not yet fed to the model: the root
+// of the next tree), the step counter and the sampling parameters. Open
+// prefills prompts and samples each first token; Verify runs ONE forward pass
+// over every sequence's packed tree, then per sequence accepts a path
+// (core/spec/verify.h), commits it in the model and advances.
 //
-// Failures are per sequence: a bad tree, a repeated step or a full KV cache
+// Prefill never stalls live streams: Open prefills in chunks of at most
+// prefill_chunk_tokens and releases the lock between chunks (letting waiting
+// Verify calls go first), so a long prompt delays a live sequence's step by at
+// most one chunk. A sequence being prefilled is invisible to Verify until its
+// Open completes (NOT_FOUND), but holds its id and its capacity.
+//
+// Failures are per sequence: a bad tree, a repeated step or a full model
 // fails only that sequence's result. Capacity for a sequence's whole budget
-// (max_total_tokens plus the largest tree) is reserved at Open, so a live
-// sequence can never run out of KV blocks later.
+// (max_total_tokens plus the largest tree) is taken at Open, so a live
+// sequence can never run out of model memory later.
 //
-// Every change to the model's state (KV cache operations, forward passes) goes
-// through a TargetOps, so that rank 0 of a tensor-parallel group can mirror it
-// to the other ranks (worker/rank_loop.h); verification runs here only.
+// Every change to the model's state goes through the SequenceModel, so that
+// rank 0 of a tensor-parallel group can mirror it (a GroupLeader is a
+// SequenceModel, worker/rank_loop.h); verification runs here only.
 //
-// Thread-safe: calls are serialised by an internal mutex.
+// Leases: every Open / Verify touching a sequence renews its lease;
+// ReleaseExpired (called by the service's sweeper) releases sequences whose
+// lease ran out, so a dead coordinator's sequences give their memory back.
+//
+// Thread-safe: calls are serialised by an internal mutex (Open takes it once
+// per prefill chunk).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -29,12 +41,12 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "core/model/kv_cache.h"
-#include "core/model/llama.h"
+#include "absl/time/time.h"
+#include "core/model/sequence_model.h"
+#include "core/model/sequence_table.h"
 #include "core/spec/sampling.h"
 #include "core/spec/token_tree.h"
 #include "core/spec/verify.h"
-#include "worker/target_ops.h"
 
 namespace treespec {
 
@@ -42,6 +54,10 @@ struct TargetRunnerOptions {
   int64_t max_context = 2048;    // prompt + completion
   int64_t max_tree_nodes = 128;  // per sequence per step, root included
   int64_t max_sequences = 256;
+  // Longest prompt piece prefilled under the lock at once.
+  int64_t prefill_chunk_tokens = 256;
+  // Sequences untouched this long are released by ReleaseExpired (zero: never).
+  absl::Duration sequence_lease = absl::ZeroDuration();
   absl::Status Validate() const;
 };
 
@@ -92,45 +108,57 @@ struct TargetRunnerStats {
 
 class TargetRunner {
  public:
-  // `model` and `cache` must outlive the runner.
-  TargetRunner(LlamaModel* model, PagedKvCache* cache, TargetRunnerOptions options);
-  // The same, with every state change made through `ops` (not owned; it
-  // must act on `model` and `cache`), e.g. a tensor-parallel GroupLeader.
-  TargetRunner(LlamaModel* model, PagedKvCache* cache, TargetRunnerOptions options,
-               TargetOps* ops);
+  using Clock = SequenceTable<int>::Clock;
+  // `model` (not owned) must outlive the runner; every state change goes
+  // through it. `clock` drives the leases.
+  TargetRunner(SequenceModel* model, TargetRunnerOptions options, Clock clock = &absl::Now);
 
   std::vector<OpenOutcome> Open(const std::vector<OpenSpec>& specs);
   std::vector<StepOutcome> Verify(const std::vector<StepSpec>& steps, StepTimings* timings);
   int Release(const std::vector<uint64_t>& ids);
+  // Releases every sequence whose lease ran out; returns how many.
+  int ReleaseExpired();
 
   TargetRunnerStats Stats() const;
   const TargetRunnerOptions& options() const { return options_; }
-  int64_t vocab_size() const { return model_->config().vocab_size; }
+  int64_t vocab_size() const { return model_->info().vocab_size; }
 
-  // Pending tokens of a sequence (tests): committed tokens and the pending one.
+  // Whether a sequence is open (published) (tests).
   bool HasSequence(uint64_t id) const;
 
  private:
   struct Seq {
-    int64_t kv = 0;
+    int64_t handle = 0;
     int32_t pending = -1;
     int64_t num_tokens = 0;  // committed tokens including the pending one
-    uint64_t next_step = 1;
     SamplingParams sampling;
     uint64_t seed = 0;
     int64_t max_total = 0;
+    bool release_requested = false;  // Release while its Open was prefilling
+  };
+  // A sequence of an Open call being prefilled.
+  struct Prefilling {
+    size_t index;  // in the Open call's specs
+    int64_t handle;
+    bool done = false;
   };
   absl::Status CheckOpen(const OpenSpec& spec) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckStep(const StepSpec& step, const Seq& seq, VerifyMode mode) const;
+  absl::Status CheckStep(const StepSpec& step, const Seq& seq, VerifyMode mode) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int32_t SampleFirst(const Seq& seq, const float* logits) const;
+  // Runs the prompt chunk at `offset` of every unfinished sequence.
+  void PrefillChunk(const std::vector<OpenSpec>& specs, size_t offset,
+                    std::vector<Prefilling>* work, std::vector<OpenOutcome>* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailOpen(uint64_t id, int64_t handle, absl::Status st, OpenOutcome* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  LlamaModel* const model_;
-  PagedKvCache* const cache_;
+  SequenceModel* const model_;
   const TargetRunnerOptions options_;
-  std::unique_ptr<TargetOps> local_ops_;  // when no ops were given
-  TargetOps* const ops_;
   mutable absl::Mutex mu_;
-  std::map<uint64_t, Seq> seqs_ ABSL_GUARDED_BY(mu_);
+  // Verify calls waiting for mu_: a prefilling Open lets them go first.
+  std::atomic<int> verifies_waiting_{0};
+  SequenceTable<Seq> table_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace treespec

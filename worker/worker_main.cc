@@ -16,9 +16,9 @@
 #include "absl/synchronization/mutex.h"
 #include "core/model/config.h"
 #include "core/model/llama.h"
+#include "core/model/sequence_model.h"
 #include "core/tensor/backend.h"
-#include "rpc/observability.h"
-#include "rpc/server.h"
+#include "core/util/periodic.h"
 #include "rpc/service_main.h"
 #include "rpc/signals.h"
 #include "worker/group_service.h"
@@ -26,9 +26,9 @@
 #include "worker/rank_loop.h"
 #include "worker/target_runner.h"
 #include "worker/worker_service.h"
+#include "worker/worker_telemetry.h"
 
-ABSL_FLAG(std::string, model, "", "Hugging Face model directory of the target (Llama family)");
-ABSL_FLAG(std::string, listen, "127.0.0.1:0", "HOST:PORT to serve gRPC on (port 0: any free port)");
+ABSL_FLAG(std::string, model, "", "Hugging Face model directory of the target (Llama family or Mamba)");
 ABSL_FLAG(std::string, device, "cpu", "Backend: cpu, cpu:THREADS, cuda, cuda:N, cuda:N:bf16");
 ABSL_FLAG(int64_t, kv_blocks, 0, "KV cache blocks of --kv_block_size tokens (0: from --kv_tokens)");
 ABSL_FLAG(int64_t, kv_tokens, 65536, "KV cache capacity in tokens when --kv_blocks is 0");
@@ -36,10 +36,11 @@ ABSL_FLAG(int64_t, kv_block_size, 16, "Tokens per KV cache block");
 ABSL_FLAG(int64_t, max_context, 2048, "Longest prompt + completion per sequence");
 ABSL_FLAG(int64_t, max_tree_nodes, 128, "Largest token tree per sequence per step (root included)");
 ABSL_FLAG(int64_t, max_sequences, 256, "Most concurrently open sequences");
-ABSL_FLAG(int32_t, shutdown_grace_s, 30, "Seconds in-flight calls may take after SIGTERM");
-ABSL_FLAG(std::string, tls_cert, "", "PEM certificate (enables TLS)");
-ABSL_FLAG(std::string, tls_key, "", "PEM private key");
-ABSL_FLAG(std::string, tls_ca, "", "PEM CA bundle for client certificates");
+ABSL_FLAG(int64_t, prefill_chunk_tokens, 256,
+          "Longest prompt piece prefilled at once; live streams' steps run between pieces");
+ABSL_FLAG(double, sequence_lease_s, 60,
+          "Seconds after its last Open/Verify that a sequence is released (its client is presumed "
+          "gone); 0: never");
 ABSL_FLAG(int32_t, tp_size, 1, "Tensor-parallel group size (processes sharing the model)");
 ABSL_FLAG(int32_t, tp_rank, 0,
           "This process's rank in the group; rank 0 serves gRPC. -1: the number after the last "
@@ -59,11 +60,6 @@ namespace treespec {
 namespace {
 
 using std::chrono::milliseconds;
-
-int Fail(const absl::Status& st) {
-  std::cerr << "treespec-worker: " << st << std::endl;
-  return 1;
-}
 
 milliseconds Ms(double seconds) { return milliseconds(static_cast<int64_t>(seconds * 1000)); }
 
@@ -96,16 +92,34 @@ TargetRunnerOptions RunnerOptions() {
   options.max_context = absl::GetFlag(FLAGS_max_context);
   options.max_tree_nodes = absl::GetFlag(FLAGS_max_tree_nodes);
   options.max_sequences = absl::GetFlag(FLAGS_max_sequences);
+  options.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk_tokens);
+  options.sequence_lease = absl::Seconds(absl::GetFlag(FLAGS_sequence_lease_s));
   return options;
 }
 
-absl::StatusOr<std::unique_ptr<PagedKvCache>> MakeCache(const LlamaModel& model, Backend* backend,
-                                                        int64_t* blocks_out) {
-  const int64_t block = absl::GetFlag(FLAGS_kv_block_size);
-  int64_t blocks = absl::GetFlag(FLAGS_kv_blocks);
-  if (blocks <= 0) blocks = (absl::GetFlag(FLAGS_kv_tokens) + block - 1) / std::max<int64_t>(block, 1);
-  *blocks_out = blocks;
-  return PagedKvCache::Create(model.KvOptions(blocks, block), backend);
+SequenceModelOptions ModelOptions() {
+  SequenceModelOptions o;
+  o.kv_block_size = absl::GetFlag(FLAGS_kv_block_size);
+  o.kv_blocks = absl::GetFlag(FLAGS_kv_blocks);
+  if (o.kv_blocks <= 0) {
+    o.kv_blocks = (absl::GetFlag(FLAGS_kv_tokens) + o.kv_block_size - 1) /
+                  std::max<int64_t>(o.kv_block_size, 1);
+  }
+  o.max_sequences = absl::GetFlag(FLAGS_max_sequences);
+  o.max_tail_nodes = absl::GetFlag(FLAGS_max_tree_nodes);
+  return o;
+}
+
+// Releases sequences whose lease ran out, a few times per lease.
+std::unique_ptr<Periodic> StartLeaseSweeper(TargetRunner* runner) {
+  const absl::Duration lease = runner->options().sequence_lease;
+  if (lease <= absl::ZeroDuration()) return nullptr;
+  const absl::Duration period = std::min(absl::Seconds(1), lease / 4);
+  return std::make_unique<Periodic>(period, [runner] {
+    if (int n = runner->ReleaseExpired(); n > 0) {
+      std::fprintf(stderr, "treespec-worker: released %d sequences whose lease expired\n", n);
+    }
+  });
 }
 
 WorkerIdentity Identity(const std::string& model_dir, const ModelConfig& mc, Backend* backend,
@@ -120,37 +134,92 @@ WorkerIdentity Identity(const std::string& model_dir, const ModelConfig& mc, Bac
 
 // Serves `service` until SIGTERM/SIGINT. `on_started` runs once the server
 // is up, `after_drain` once in-flight calls have finished (server still alive).
-int Serve(grpc::Service* service, const std::function<void(grpc::Server*)>& on_started,
+int Serve(v1::Worker::Service* service, const std::function<void(grpc::Server*)>& on_started,
           const std::function<void()>& after_drain) {
-  TlsFiles tls{absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
-               absl::GetFlag(FLAGS_tls_ca)};
-  auto obs = ServiceObservability::Start(ObservabilityOptions::FromFlags(
-      "treespec-worker", absl::GetFlag(FLAGS_listen), absl::GetFlag(FLAGS_tp_rank)));
-  if (!obs.ok()) return Fail(obs.status());
-  (*obs)->RegisterService(service);
-  auto server = StartServer(absl::GetFlag(FLAGS_listen), {service}, tls, (*obs)->Interceptors());
-  if (!server.ok()) return Fail(server.status());
+  auto obs = StartServiceObservability("treespec-worker", absl::GetFlag(FLAGS_tp_rank));
+  if (!obs.ok()) return FailService(obs.status());
+  RegisterWorkerTelemetry(service, obs->get());
+  auto server = StartServiceServer({service}, obs->get());
+  if (!server.ok()) return FailService(server.status());
   if (on_started) on_started(server->server.get());
-  return ServeUntilSignal(&*server, obs->get(),
-                          std::chrono::seconds(absl::GetFlag(FLAGS_shutdown_grace_s)), after_drain);
+  return ServeUntilSignal(&*server, obs->get(), after_drain);
 }
 
 int SingleRank(const std::string& model_dir, Backend* backend, const ModelConfig& mc) {
-  auto model = LlamaModel::Load(model_dir, backend);
-  if (!model.ok()) return Fail(model.status());
-  int64_t blocks = 0;
-  auto cache = MakeCache(**model, backend, &blocks);
-  if (!cache.ok()) return Fail(cache.status());
+  auto model = LoadSequenceModel(model_dir, backend, nullptr, ModelOptions());
+  if (!model.ok()) return FailService(model.status());
   TargetRunnerOptions options = RunnerOptions();
-  if (absl::Status st = options.Validate(); !st.ok()) return Fail(st);
-  TargetRunner runner(model->get(), cache->get(), options);
+  if (absl::Status st = options.Validate(); !st.ok()) return FailService(st);
+  TargetRunner runner(model->get(), options);
+  std::unique_ptr<Periodic> sweeper = StartLeaseSweeper(&runner);
   WorkerService service(&runner, Identity(model_dir, mc, backend, 1));
   return Serve(&service, nullptr, nullptr);
 }
 
+// Rank > 0: follows rank 0's steps until it says stop. Serves no gRPC; its
+// health port and metrics say it is alive. Sets `done` once it has stopped.
+int Follow(WorkerGroup* group, SequenceModel* model, int rank, int size,
+           std::atomic<bool>* done) {
+  // SIGTERM: keep following until rank 0 says stop, for at most the grace.
+  std::thread([] {
+    WaitForTerminationSignal();
+    std::this_thread::sleep_for(GetServiceFlags().shutdown_grace);
+    std::_Exit(0);
+  }).detach();
+  std::fprintf(stderr, "treespec-worker rank %d of %d: following rank 0\n", rank, size);
+  auto follower_obs = StartServiceObservability("treespec-worker", rank);
+  if (!follower_obs.ok()) return FailService(follower_obs.status());
+  (*follower_obs)->SetServing(true);
+  absl::Status st = RunFollower(group->control.get(), model);
+  done->store(true);
+  if (!st.ok()) {
+    return FailService(absl::Status(st.code(), absl::StrCat("rank ", rank, ": ", st.message())));
+  }
+  return 0;
+}
+
+// Rank 0: leads the group's steps and serves gRPC; a failed group closes the
+// rendezvous sessions and reports NOT_SERVING.
+int Lead(WorkerGroup* group, const GroupOptions& g, SequenceModel* model,
+         GroupHealth* health, const TargetRunnerOptions& options, WorkerIdentity identity) {
+  GroupLeaderOptions lo;
+  lo.heartbeat_interval = g.HeartbeatInterval();
+  lo.name_grace = g.collective_timeout;
+  GroupLeader leader(group->control.get(), group->data(), model, health, lo);
+  TargetRunner runner(&leader, options);
+  std::unique_ptr<Periodic> sweeper = StartLeaseSweeper(&runner);
+  WorkerService inner(&runner, std::move(identity));
+  GroupGatedWorkerService service(&inner, health);
+  RendezvousServer* store_server = group->server.get();
+  // The failure callback may run on any thread, also while the server stops.
+  absl::Mutex serving_mu;
+  grpc::Server* serving = nullptr;
+  auto on_started = [&](grpc::Server* server) {
+    {
+      absl::MutexLock lock(&serving_mu);
+      serving = server;
+    }
+    health->OnFailure([&, store_server](const absl::Status& st) {
+      std::cerr << "treespec-worker rank 0: " << st.message() << "; reporting NOT_SERVING"
+                << std::endl;
+      store_server->CloseSessions();
+      absl::MutexLock lock(&serving_mu);
+      if (serving != nullptr) serving->GetHealthCheckService()->SetServingStatus(false);
+    });
+  };
+  auto after_drain = [&] {
+    {
+      absl::MutexLock lock(&serving_mu);
+      serving = nullptr;
+    }
+    leader.Shutdown();
+  };
+  return Serve(&service, on_started, after_drain);
+}
+
 int TensorParallel(const std::string& model_dir, Backend* backend, const ModelConfig& mc) {
   absl::StatusOr<int> tp_rank = TpRank();
-  if (!tp_rank.ok()) return Fail(tp_rank.status());
+  if (!tp_rank.ok()) return FailService(tp_rank.status());
   GroupOptions g;
   g.rank = *tp_rank;
   g.size = absl::GetFlag(FLAGS_tp_size);
@@ -159,13 +228,17 @@ int TensorParallel(const std::string& model_dir, Backend* backend, const ModelCo
   g.rendezvous_timeout = Ms(absl::GetFlag(FLAGS_rendezvous_timeout_s));
   g.collective_timeout = Ms(absl::GetFlag(FLAGS_collective_timeout_s));
   g.cuda_device = CudaDeviceIndex(absl::GetFlag(FLAGS_device));
-  if (absl::Status st = g.Validate(); !st.ok()) return Fail(st);
+  if (absl::Status st = g.Validate(); !st.ok()) return FailService(st);
   TargetRunnerOptions options = RunnerOptions();
-  if (absl::Status st = options.Validate(); !st.ok()) return Fail(st);
+  if (absl::Status st = options.Validate(); !st.ok()) return FailService(st);
 
   // Every rank refuses a model that does not split, before joining anyone.
   if (mc.arch == Architecture::kLlama) {
-    if (absl::Status st = LlamaModel::CheckShardable(mc.llama, g.size); !st.ok()) return Fail(st);
+    absl::Status st = LlamaModel::CheckShardable(mc.llama, g.size);
+    if (!st.ok()) return FailService(st);
+  } else {
+    return FailService(absl::InvalidArgumentError(absl::StrCat(
+        "--tp-size ", g.size, ": a ", mc.architecture_name, " target cannot be tensor-parallel")));
   }
   const int rank = g.rank;
   GroupHealth health(g.size);
@@ -184,84 +257,33 @@ int TensorParallel(const std::string& model_dir, Backend* backend, const ModelCo
     std::_Exit(3);
   };
   auto group = JoinWorkerGroup(g, backend, rank == 0 ? &health : nullptr, announce, leader_lost);
-  if (!group.ok()) return Fail(group.status());
-  auto model = LlamaModel::Load(model_dir, backend, (*group)->data());
-  if (!model.ok()) return Fail(model.status());
-  int64_t blocks = 0;
-  auto cache = MakeCache(**model, backend, &blocks);
-  if (!cache.ok()) return Fail(cache.status());
+  if (!group.ok()) return FailService(group.status());
+  const SequenceModelOptions model_options = ModelOptions();
+  auto model = LoadSequenceModel(model_dir, backend, (*group)->data(), model_options);
+  if (!model.ok()) return FailService(model.status());
   const std::string fingerprint =
       absl::StrCat(Identity(model_dir, mc, backend, g.size).model, " vocab ",
-                   (*model)->config().vocab_size, " layers ", (*model)->config().num_layers,
-                   " kv ", blocks, "x", absl::GetFlag(FLAGS_kv_block_size));
+                   (*model)->info().vocab_size, " layers ", (*model)->info().num_layers, " kv ",
+                   model_options.kv_blocks, "x", model_options.kv_block_size);
   if (absl::Status st = AwaitGroupReady(group->get(), g, fingerprint, rank == 0 ? &health : nullptr);
       !st.ok()) {
-    return Fail(st);
+    return FailService(st);
   }
 
   if (rank > 0) {
-    // SIGTERM: keep following until rank 0 says stop, for at most the grace.
-    std::thread([] {
-      WaitForTerminationSignal();
-      std::this_thread::sleep_for(std::chrono::seconds(absl::GetFlag(FLAGS_shutdown_grace_s)));
-      std::_Exit(0);
-    }).detach();
-    std::fprintf(stderr, "treespec-worker rank %d of %d: following rank 0\n", rank, g.size);
-    // A follower serves no gRPC; its health port and metrics say it is alive.
-    auto follower_obs = ServiceObservability::Start(
-        ObservabilityOptions::FromFlags("treespec-worker", absl::GetFlag(FLAGS_listen), rank));
-    if (!follower_obs.ok()) return Fail(follower_obs.status());
-    (*follower_obs)->SetServing(true);
-    absl::Status st = RunFollower((*group)->control.get(), model->get(), cache->get());
-    follower_done.store(true);
-    if (!st.ok()) {
-      return Fail(absl::Status(st.code(), absl::StrCat("rank ", rank, ": ", st.message())));
-    }
-    return 0;
+    return Follow(group->get(), model->get(), rank, g.size, &follower_done);
   }
-
-  GroupLeaderOptions lo;
-  lo.heartbeat_interval = g.HeartbeatInterval();
-  lo.name_grace = g.collective_timeout;
-  GroupLeader leader((*group)->control.get(), (*group)->data(), model->get(), cache->get(), &health,
-                     lo);
-  TargetRunner runner(model->get(), cache->get(), options, &leader);
-  WorkerService inner(&runner, Identity(model_dir, mc, backend, g.size));
-  GroupGatedWorkerService service(&inner, &health);
-  RendezvousServer* store_server = (*group)->server.get();
-  // The failure callback may run on any thread, also while the server stops.
-  absl::Mutex serving_mu;
-  grpc::Server* serving = nullptr;
-  auto on_started = [&](grpc::Server* server) {
-    {
-      absl::MutexLock lock(&serving_mu);
-      serving = server;
-    }
-    health.OnFailure([&, store_server](const absl::Status& st) {
-      std::cerr << "treespec-worker rank 0: " << st.message() << "; reporting NOT_SERVING"
-                << std::endl;
-      store_server->CloseSessions();
-      absl::MutexLock lock(&serving_mu);
-      if (serving != nullptr) serving->GetHealthCheckService()->SetServingStatus(false);
-    });
-  };
-  auto after_drain = [&] {
-    {
-      absl::MutexLock lock(&serving_mu);
-      serving = nullptr;
-    }
-    leader.Shutdown();
-  };
-  return Serve(&service, on_started, after_drain);
+  return Lead(group->get(), g, model->get(), &health, options,
+              Identity(model_dir, mc, backend, g.size));
 }
 
 int Main() {
   const std::string model_dir = absl::GetFlag(FLAGS_model);
-  if (model_dir.empty()) return Fail(absl::InvalidArgumentError("--model is required"));
+  if (model_dir.empty()) return FailService(absl::InvalidArgumentError("--model is required"));
   auto backend = CreateBackend(absl::GetFlag(FLAGS_device));
-  if (!backend.ok()) return Fail(backend.status());
+  if (!backend.ok()) return FailService(backend.status());
   auto mc = LoadModelConfig(model_dir);
-  if (!mc.ok()) return Fail(mc.status());
+  if (!mc.ok()) return FailService(mc.status());
   if (absl::GetFlag(FLAGS_tp_size) == 1 && absl::GetFlag(FLAGS_tp_rank) <= 0) {
     return SingleRank(model_dir, backend->get(), *mc);
   }

@@ -19,18 +19,30 @@ namespace treespec {
 enum class LogitsMode { kNone, kLast, kAll };
 
 struct ForwardSeq {
-  int64_t kv_seq = 0;
+  int64_t kv_seq = 0;  // the sequence's handle (SequenceModel::Open)
   std::vector<int32_t> tokens;
   std::vector<int32_t> parents;  // empty: chain; else [num_prior + tokens.size()]
   LogitsMode logits = LogitsMode::kLast;
   int32_t num_prior = 0;
 };
 
+struct ForwardOptions {
+  // Hidden states to return for every logits row, by layer index in
+  // [0, num_layers): the residual stream after that layer, before the final
+  // norm. out->hidden is [layers.size(), rows, hidden_size] in this order.
+  std::vector<int32_t> hidden_layers;
+  // Return only each logits row's argmax (out->argmax, lowest id among equal
+  // maxima), computed on the device where the backend can; out->logits stays
+  // empty. For greedy verification, which needs nothing else.
+  bool argmax_only = false;
+};
+
 struct ForwardOutput {
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   std::vector<float> logits;         // [num_rows, vocab]
-  std::vector<float> hidden;         // [num_rows, hidden] (final-norm output) if requested
+  std::vector<float> hidden;         // [layers asked for, num_rows, hidden] (ForwardOptions)
+  std::vector<int32_t> argmax;       // [num_rows] with ForwardOptions::argmax_only
   std::vector<int32_t> row_start;    // [S + 1]: rows of sequence s are [row_start[s], row_start[s+1])
   const float* row_logits(int64_t row) const { return logits.data() + row * vocab_size; }
 };

@@ -116,20 +116,6 @@ absl::Status PagedKvCache::CommitPath(int64_t seq, const std::vector<int32_t>& p
   return absl::OkStatus();
 }
 
-absl::Status PagedKvCache::Truncate(int64_t seq, int64_t len) {
-  TS_ASSIGN_OR_RETURN(Seq * s, Get(seq));
-  if (len < 0 || len > s->length) {
-    return absl::InternalError(absl::StrCat("kv cache: truncate to ", len, " of ", s->length));
-  }
-  s->length = len;
-  const size_t keep = static_cast<size_t>((len + options_.block_size - 1) / options_.block_size);
-  while (s->blocks.size() > keep) {
-    free_.push_back(s->blocks.back());
-    s->blocks.pop_back();
-  }
-  return absl::OkStatus();
-}
-
 void PagedKvCache::Release(int64_t seq) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;

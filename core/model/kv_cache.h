@@ -50,8 +50,6 @@ class PagedKvCache {
   // Copying in increasing order is safe: destination k <= path[k] and every
   // later source path[j] > path[k] >= k is never overwritten before it is read.
   absl::Status CommitPath(int64_t seq, const std::vector<int32_t>& path);
-  // Drops committed tokens beyond `len` (drafter rollback) and frees spare blocks.
-  absl::Status Truncate(int64_t seq, int64_t len);
   void Release(int64_t seq);
 
   // Attention layout for one forward pass: sequence i of `seqs` gets

@@ -4,6 +4,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/spec/sampling.h"
+#include "core/spec/tree_packing.h"
 #include "core/util/status_macros.h"
 
 namespace treespec {
@@ -117,8 +119,16 @@ KvCacheOptions LlamaModel::KvOptions(int64_t num_blocks, int64_t block_size) con
 }
 
 absl::Status LlamaModel::Forward(const std::vector<ForwardSeq>& seqs, PagedKvCache* cache,
-                                 ForwardOutput* out, bool want_hidden) {
+                                 ForwardOutput* out, const ForwardOptions& options) {
+  const std::vector<int32_t>& hidden_layers = options.hidden_layers;
   const int64_t D = config_.hidden_size, Dh = config_.head_dim, V = config_.vocab_size;
+  for (size_t k = 0; k < hidden_layers.size(); ++k) {
+    if (hidden_layers[k] < 0 || hidden_layers[k] >= config_.num_layers) {
+      return absl::InvalidArgumentError(absl::StrCat("hidden_layers[", k, "] = ", hidden_layers[k],
+                                                     " is not a layer in [0, ", config_.num_layers,
+                                                     ")"));
+    }
+  }
   // ---- host-side batch description -------------------------------------
   std::vector<int64_t> kv_ids;
   std::vector<int> num_new, num_prior;
@@ -151,26 +161,13 @@ absl::Status LlamaModel::Forward(const std::vector<ForwardSeq>& seqs, PagedKvCac
         return absl::InvalidArgumentError(absl::StrCat(
             "tree: ", s.parents.size(), " parents for ", prior, " prior + ", n, " new nodes"));
       }
-      // Ancestor-or-self masks over the tail: row(i) = row(parent(i)) | {i}.
-      // Parents precede children, so each row is complete when it is read.
-      const int words = (total + 63) / 64;
-      std::vector<uint64_t> rows(static_cast<size_t>(total) * words, 0);
-      std::vector<int32_t> depth(total, 0);
-      for (int i = 0; i < total; ++i) {
-        const int p = s.parents[i];
-        if (p >= i || p < -1) {
-          return absl::InvalidArgumentError(absl::StrCat("tree: parent of node ", i, " is ", p,
-                                                         "; parents must precede children"));
-        }
-        if (p >= 0) {
-          std::memcpy(&rows[i * words], &rows[p * words], sizeof(uint64_t) * words);
-          depth[i] = depth[p] + 1;
-        }
-        rows[i * words + i / 64] |= 1ull << (i % 64);
-      }
+      PackedTree packed;
+      TS_RETURN_IF_ERROR(PackTree(s.parents, &packed));
+      const int words = packed.words_per_row;
       batch.mask_offset[si] = static_cast<int32_t>(batch.mask_words.size());
-      batch.mask_words.insert(batch.mask_words.end(), rows.begin() + prior * words, rows.end());
-      for (int i = prior; i < total; ++i) positions.push_back(base + depth[i]);
+      batch.mask_words.insert(batch.mask_words.end(), packed.masks.begin() + prior * words,
+                              packed.masks.end());
+      for (int i = prior; i < total; ++i) positions.push_back(base + packed.depth[i]);
     }
     if (s.logits == LogitsMode::kLast && n > 0) logit_rows.push_back(t0 + n - 1);
     if (s.logits == LogitsMode::kAll) {
@@ -181,9 +178,10 @@ absl::Status LlamaModel::Forward(const std::vector<ForwardSeq>& seqs, PagedKvCac
   const int64_t T = static_cast<int64_t>(tokens.size());
   out->vocab_size = V;
   out->hidden_size = D;
+  out->hidden.assign(hidden_layers.size() * logit_rows.size() * D, 0.0f);
+  out->argmax.clear();
   if (T == 0) {
     out->logits.clear();
-    out->hidden.clear();
     return absl::OkStatus();
   }
 
@@ -224,34 +222,58 @@ absl::Status LlamaModel::Forward(const std::vector<ForwardSeq>& seqs, PagedKvCac
     TS_RETURN_IF_ERROR(be->Linear(act, w.w_down, &h));
     if (tp) TS_RETURN_IF_ERROR(comm_->AllReduceSum(&h));
     TS_RETURN_IF_ERROR(be->Add(x, h, &x));
+    TS_RETURN_IF_ERROR(CopyHidden(static_cast<int32_t>(l), hidden_layers, x, logit_rows, out));
   }
 
   const int64_t R = static_cast<int64_t>(logit_rows.size());
-  out->logits.assign(R * V, 0.0f);
-  out->hidden.clear();
+  out->logits.clear();
   if (R == 0) return absl::OkStatus();
   TS_ASSIGN_OR_RETURN(Tensor xo, workspace_.Get(7, {R, D}));
   TS_RETURN_IF_ERROR(be->GatherRows(x, logit_rows, &xo));
   TS_RETURN_IF_ERROR(be->RmsNorm(xo, norm_, eps, &xo));
   TS_ASSIGN_OR_RETURN(Tensor logits, workspace_.Get(8, {R, vocab_shard_}));
   TS_RETURN_IF_ERROR(be->Linear(xo, lm_head_, &logits));
-  if (!tp) {
-    TS_RETURN_IF_ERROR(be->DownloadF32(logits, out->logits.data()));
-  } else {
-    TS_ASSIGN_OR_RETURN(Tensor gathered, workspace_.Get(9, {shard_.size, R, vocab_shard_}));
-    TS_RETURN_IF_ERROR(comm_->AllGather(logits, &gathered));
-    std::vector<float> host(static_cast<size_t>(shard_.size) * R * vocab_shard_);
-    TS_RETURN_IF_ERROR(be->DownloadF32(gathered, host.data()));
-    for (int rk = 0; rk < shard_.size; ++rk) {
-      for (int64_t row = 0; row < R; ++row) {
-        std::memcpy(out->logits.data() + row * V + rk * vocab_shard_,
-                    host.data() + (rk * R + row) * vocab_shard_, sizeof(float) * vocab_shard_);
-      }
+  return OutputLogits(logits, R, options.argmax_only, out);
+}
+
+absl::Status LlamaModel::OutputLogits(Tensor& logits, int64_t R, bool argmax_only,
+                                      ForwardOutput* out) {
+  Backend* be = backend_;
+  const int64_t V = config_.vocab_size;
+  if (shard_.size == 1) {
+    if (argmax_only) return be->ArgmaxRows(logits, &out->argmax);
+    out->logits.assign(R * V, 0.0f);
+    return be->DownloadF32(logits, out->logits.data());
+  }
+  out->logits.assign(R * V, 0.0f);
+  TS_ASSIGN_OR_RETURN(Tensor gathered, workspace_.Get(9, {shard_.size, R, vocab_shard_}));
+  TS_RETURN_IF_ERROR(comm_->AllGather(logits, &gathered));
+  std::vector<float> host(static_cast<size_t>(shard_.size) * R * vocab_shard_);
+  TS_RETURN_IF_ERROR(be->DownloadF32(gathered, host.data()));
+  for (int rk = 0; rk < shard_.size; ++rk) {
+    for (int64_t row = 0; row < R; ++row) {
+      std::memcpy(out->logits.data() + row * V + rk * vocab_shard_,
+                  host.data() + (rk * R + row) * vocab_shard_, sizeof(float) * vocab_shard_);
     }
   }
-  if (want_hidden) {
-    out->hidden.resize(R * D);
-    TS_RETURN_IF_ERROR(be->DownloadF32(xo, out->hidden.data()));
+  if (argmax_only) {
+    // The shards' rows are only whole on the host here.
+    for (int64_t row = 0; row < R; ++row) out->argmax.push_back(Argmax(out->row_logits(row), V));
+    out->logits.clear();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LlamaModel::CopyHidden(int32_t layer, const std::vector<int32_t>& hidden_layers,
+                                    const Tensor& x, const std::vector<int32_t>& logit_rows,
+                                    ForwardOutput* out) {
+  const int64_t R = static_cast<int64_t>(logit_rows.size()), D = config_.hidden_size;
+  if (R == 0) return absl::OkStatus();
+  for (size_t k = 0; k < hidden_layers.size(); ++k) {
+    if (hidden_layers[k] != layer) continue;
+    TS_ASSIGN_OR_RETURN(Tensor rows, workspace_.Get(10, {R, D}));
+    TS_RETURN_IF_ERROR(backend_->GatherRows(x, logit_rows, &rows));
+    TS_RETURN_IF_ERROR(backend_->DownloadF32(rows, out->hidden.data() + k * R * D));
   }
   return absl::OkStatus();
 }

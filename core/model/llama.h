@@ -51,14 +51,21 @@ class LlamaModel {
 
   // One forward pass. KV for every new token is written at the sequence's
   // positions [length, length + n) (reserve first); committing is the caller's.
+  // `options`: hidden states of chosen layers, argmax only (forward_batch.h).
   absl::Status Forward(const std::vector<ForwardSeq>& seqs, PagedKvCache* cache,
-                       ForwardOutput* out, bool want_hidden = false);
+                       ForwardOutput* out, const ForwardOptions& options = {});
 
  private:
   struct Layer {
     Tensor ln1, w_qkv, w_o, ln2, w_gate_up, w_down;
   };
   LlamaModel() = default;
+  // Downloads rows `logit_rows` of x [T, D] for each request of `layer`.
+  absl::Status CopyHidden(int32_t layer, const std::vector<int32_t>& hidden_layers,
+                          const Tensor& x, const std::vector<int32_t>& logit_rows,
+                          ForwardOutput* out);
+  // logits [R, vocab_shard] of this rank -> out->logits or out->argmax.
+  absl::Status OutputLogits(Tensor& logits, int64_t R, bool argmax_only, ForwardOutput* out);
 
   LlamaConfig config_;
   Backend* backend_ = nullptr;

@@ -5,7 +5,6 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cpu/sampling_ops.h"
 
 namespace treespec {
 
@@ -28,13 +27,58 @@ float SparseDist::ProbOf(int32_t token) const {
   return 0.0f;
 }
 
-int32_t Argmax(const float* logits, int64_t vocab) { return cpu::ArgmaxRow(logits, vocab); }
+int32_t Argmax(const float* logits, int64_t vocab) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < vocab; ++i) {
+    if (logits[i] > logits[best]) best = i;
+  }
+  return static_cast<int32_t>(best);
+}
+
+void ProcessLogits(const float* logits, int64_t vocab, const SamplingParams& params,
+                   float* probs) {
+  for (int64_t i = 0; i < vocab; ++i) probs[i] = 0.0f;
+  const double inv_t = 1.0 / params.temperature;
+  std::vector<int32_t> order(vocab);
+  std::iota(order.begin(), order.end(), 0);
+  int64_t keep = (params.top_k > 0 && params.top_k < vocab) ? params.top_k : vocab;
+  auto higher = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  if (keep < vocab) {
+    // top-p only ever narrows the top-k set: order just those.
+    std::partial_sort(order.begin(), order.begin() + keep, order.end(), higher);
+  } else if (params.top_p < 1.0f) {
+    std::sort(order.begin(), order.end(), higher);
+  }
+  const double mx = logits[Argmax(logits, vocab)] * inv_t;
+  std::vector<double> e(keep);
+  double sum = 0.0;
+  for (int64_t i = 0; i < keep; ++i) {
+    e[i] = std::exp(static_cast<double>(logits[order[i]]) * inv_t - mx);
+    sum += e[i];
+  }
+  if (params.top_p < 1.0f) {
+    double cum = 0.0;
+    int64_t cut = keep;
+    for (int64_t i = 0; i < keep; ++i) {
+      cum += e[i] / sum;
+      if (cum >= params.top_p) {
+        cut = i + 1;
+        break;
+      }
+    }
+    keep = cut;
+    sum = 0.0;
+    for (int64_t i = 0; i < keep; ++i) sum += e[i];
+  }
+  for (int64_t i = 0; i < keep; ++i) probs[order[i]] = static_cast<float>(e[i] / sum);
+}
 
 void ProcessLogits(const float* logits, int64_t vocab, const SamplingParams& params,
                    std::vector<float>* probs) {
   probs->resize(vocab);
-  cpu::ProcessLogitsRow(logits, vocab, params.temperature, params.top_k, params.top_p,
-                        probs->data());
+  ProcessLogits(logits, vocab, params, probs->data());
 }
 
 int32_t SampleDense(const std::vector<float>& probs, double u) {

@@ -1,6 +1,8 @@
 // Sampling primitives: temperature, top-k, top-p, argmax and inverse-CDF
 // sampling, plus the sparse (top-k truncated) draft distributions drafters send
-// with their trees. Pure functions; thread-safe.
+// with their trees. Argmax and ProcessLogits are also the CPU backend's
+// ArgmaxRows / ProcessLogitsRows (kernels/cpu) and the plain-loop reference of
+// the CUDA kernels. Pure functions; thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +32,11 @@ int32_t Argmax(const float* logits, int64_t vocab);
 
 // Target distribution after temperature, then top-k, then top-p (the order of
 // Hugging Face's logits warpers); zeros outside the kept set. Requires
-// temperature > 0. out: probs [vocab], sums to 1.
+// temperature > 0. Ties in the top-k and top-p orders go to the lower id; the
+// top-p cut keeps the shortest prefix whose mass reaches top_p (>=).
+// in: logits [vocab]; out: probs [vocab], sums to 1.
+void ProcessLogits(const float* logits, int64_t vocab, const SamplingParams& params,
+                   float* probs);
 void ProcessLogits(const float* logits, int64_t vocab, const SamplingParams& params,
                    std::vector<float>* probs);
 

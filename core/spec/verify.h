@@ -79,6 +79,9 @@ VerifyResult Verify(VerifyMode mode, const TokenTree& tree, const float* logits,
                     const SamplingParams& params, RngKey key);
 
 VerifyResult VerifyGreedy(const TokenTree& tree, const float* logits, int64_t vocab);
+// The greedy rule from each row's argmax alone (computed on the device, so
+// that no logits row leaves it). in: argmax [tree.num_nodes()].
+VerifyResult VerifyGreedyArgmax(const TokenTree& tree, const int32_t* argmax);
 VerifyResult VerifyMultiRound(const TokenTree& tree, const float* logits, int64_t vocab,
                               const SamplingParams& params, RngKey key);
 VerifyResult VerifyTargetSampling(const TokenTree& tree, const float* logits, int64_t vocab,

@@ -20,4 +20,11 @@ VerifyResult VerifyGreedy(const TokenTree& tree, const float* logits, int64_t vo
   });
 }
 
+VerifyResult VerifyGreedyArgmax(const TokenTree& tree, const int32_t* argmax) {
+  return verify_internal::WalkTree(tree, [&](int32_t v, const std::vector<int32_t>& children) {
+    return verify_internal::NodeChoice{verify_internal::RankOfToken(tree, children, argmax[v]),
+                                       argmax[v]};
+  });
+}
+
 }  // namespace treespec

@@ -77,6 +77,11 @@ class Backend {
   virtual absl::Status Synchronize() = 0;
   // True when a host f32 buffer can be used in place as a weight (no copy).
   virtual bool CanAliasHost(DType dtype) const { return false; }
+  // The stream every op of this backend is enqueued on, as an opaque handle
+  // (a cudaStream_t on the CUDA backend), so that add-ons outside kernels/ (the
+  // NCCL communicator) can order their work with the backend's without
+  // including its headers. Null on backends without streams (CPU).
+  virtual void* NativeStream() { return nullptr; }
 
   // ---- dense ops ----------------------------------------------------------
   // in: ids [T] i32, table [V, D]; out: out [T, D]. Ids are range-checked by callers.

@@ -1,8 +1,10 @@
 #include "core/util/cli_args.h"
 
+#include "absl/flags/internal/parse.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
+#include "absl/strings/strip.h"
 
 namespace treespec {
 
@@ -27,13 +29,28 @@ std::vector<char*> NormalizeFlagNames(int argc, char** argv, std::vector<std::st
   return out;
 }
 
-
+std::string HelpFileName(absl::string_view file) {
+  // This file's own __FILE__ is "<prefix>core/util/cli_args.cc", where <prefix>
+  // is however the build spelled the source root (absolute, or "../" from the
+  // build directory); every file of the build carries the same prefix.
+  constexpr absl::string_view kSelf = "core/util/cli_args.cc";
+  const absl::string_view self = __FILE__;
+  if (absl::EndsWith(self, kSelf)) {
+    const absl::string_view prefix = self.substr(0, self.size() - kSelf.size());
+    if (absl::ConsumePrefix(&file, prefix)) return std::string(file);
+  }
+  // Abseil's own flags: from its "absl/" folder on.
+  const size_t absl_dir = file.rfind("absl/");
+  if (absl_dir != absl::string_view::npos) return std::string(file.substr(absl_dir));
+  return std::string(file);
+}
 
 void ConfigureFlagHelp() {
   absl::FlagsUsageConfig config;
-  auto ours = [](absl::string_view file) { return !absl::StrContains(file, "absl/"); };
+  auto ours = [](absl::string_view file) { return !absl::StartsWith(file, "absl/"); };
   config.contains_help_flags = ours;
   config.contains_helpshort_flags = ours;
+  config.normalize_filename = HelpFileName;
   absl::SetFlagsUsageConfig(config);
 }
 
@@ -43,6 +60,12 @@ std::vector<std::string> ParseFlags(int argc, char** argv) {
   std::vector<char*> args = NormalizeFlagNames(argc, argv, &storage);
   std::vector<char*> rest = absl::ParseCommandLine(argc, args.data());
   return std::vector<std::string>(rest.begin(), rest.end());
+}
+
+// absl 20220623 keeps CommandLineFlag::IsSpecifiedOnCommandLine private; this
+// is what it calls.
+bool FlagGiven(absl::string_view name) {
+  return absl::flags_internal::WasPresentOnCommandLine(name);
 }
 
 }  // namespace treespec

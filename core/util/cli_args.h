@@ -7,17 +7,28 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/string_view.h"
+
 namespace treespec {
 
 std::vector<char*> NormalizeFlagNames(int argc, char** argv, std::vector<std::string>* storage);
 
+// A flag's defining file as --help shows it: relative to the source root
+// ("tools/cli/logits_main.cc"), never the path of the machine that built it;
+// Abseil's own files from "absl/" on.
+std::string HelpFileName(absl::string_view file);
+
 // Makes --help list the binary's own flags (absl's default matches only
-// flags defined in a file named like the program).
+// flags defined in a file named like the program) under HelpFileName.
 void ConfigureFlagHelp();
 
 // Parses argv with absl flags (after NormalizeFlagNames and
 // ConfigureFlagHelp) and returns the positional arguments, the program name
 // first.
 std::vector<std::string> ParseFlags(int argc, char** argv);
+
+// After ParseFlags: whether flag `name` (underscored) was on the command line
+// or in a --flagfile, even with its default or an empty value ("--ids ''").
+bool FlagGiven(absl::string_view name);
 
 }  // namespace treespec

@@ -7,12 +7,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "core/spec/sampling.h"
 #include "core/tensor/backend.h"
 #include "core/util/status_macros.h"
 #include "kernels/cpu/attention_ops.h"
 #include "kernels/cpu/dense_ops.h"
 #include "kernels/cpu/mamba_ops.h"
-#include "kernels/cpu/sampling_ops.h"
 
 namespace treespec {
 namespace {
@@ -261,7 +261,7 @@ class CpuBackend final : public Backend {
     TS_RETURN_IF_ERROR(CheckF32(logits, "argmax input"));
     const int64_t R = logits.dim(0), V = logits.dim(1);
     ids->resize(R);
-    for (int64_t r = 0; r < R; ++r) (*ids)[r] = cpu::ArgmaxRow(logits.data<float>() + r * V, V);
+    for (int64_t r = 0; r < R; ++r) (*ids)[r] = Argmax(logits.data<float>() + r * V, V);
     return absl::OkStatus();
   }
 
@@ -269,9 +269,12 @@ class CpuBackend final : public Backend {
                                  float top_p, Tensor* probs) override {
     TS_RETURN_IF_ERROR(CheckF32(logits, "logits"));
     const int64_t R = logits.dim(0), V = logits.dim(1);
+    SamplingParams params;
+    params.temperature = temperature;
+    params.top_k = top_k;
+    params.top_p = top_p;
     for (int64_t r = 0; r < R; ++r) {
-      cpu::ProcessLogitsRow(logits.data<float>() + r * V, V, temperature, top_k, top_p,
-                            probs->data<float>() + r * V);
+      ProcessLogits(logits.data<float>() + r * V, V, params, probs->data<float>() + r * V);
     }
     return absl::OkStatus();
   }

@@ -3,7 +3,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cublas_check.h"
 
 namespace treespec::cuda {
 

@@ -1,5 +1,5 @@
 // Temperature / top-k / top-p on the device, the same transform as
-// kernels/cpu/sampling_ops.cc's ProcessLogitsRow (host launcher).
+// core/spec/sampling.h's ProcessLogits (host launcher).
 // Thread-compatible: enqueues on the caller's stream.
 #pragma once
 

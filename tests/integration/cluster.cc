@@ -80,11 +80,13 @@ absl::StatusOr<std::unique_ptr<InProcessWorker>> InProcessWorker::Start(
   TS_RETURN_IF_ERROR(config.runner.Validate());
   TS_ASSIGN_OR_RETURN(ModelConfig mc, LoadModelConfig(dir));
   w->backend_ = CreateCpuBackend();
-  TS_ASSIGN_OR_RETURN(w->model_, LlamaModel::Load(dir, w->backend_.get()));
-  TS_ASSIGN_OR_RETURN(
-      w->cache_, PagedKvCache::Create(w->model_->KvOptions(config.kv_blocks, config.kv_block_size),
-                                      w->backend_.get()));
-  w->runner_ = std::make_unique<TargetRunner>(w->model_.get(), w->cache_.get(), config.runner);
+  SequenceModelOptions mo;
+  mo.kv_blocks = config.kv_blocks;
+  mo.kv_block_size = config.kv_block_size;
+  mo.max_sequences = config.runner.max_sequences;
+  mo.max_tail_nodes = config.runner.max_tree_nodes;
+  TS_ASSIGN_OR_RETURN(w->model_, LoadSequenceModel(dir, w->backend_.get(), nullptr, mo));
+  w->runner_ = std::make_unique<TargetRunner>(w->model_.get(), config.runner);
   WorkerIdentity id;
   id.model = config.model;
   id.device = w->backend_->name();

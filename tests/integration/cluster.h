@@ -34,8 +34,7 @@
 #include "absl/status/statusor.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/generation_service.h"
-#include "core/model/kv_cache.h"
-#include "core/model/llama.h"
+#include "core/model/sequence_model.h"
 #include "core/tensor/backend.h"
 #include "drafter_service/drafter.h"
 #include "drafter_service/drafter_service.h"
@@ -83,8 +82,7 @@ class InProcessWorker {
  private:
   InProcessWorker() = default;
   std::unique_ptr<Backend> backend_;
-  std::unique_ptr<LlamaModel> model_;
-  std::unique_ptr<PagedKvCache> cache_;
+  std::unique_ptr<SequenceModel> model_;
   std::unique_ptr<TargetRunner> runner_;
   std::unique_ptr<WorkerService> service_;
   std::unique_ptr<grpc::Server> server_;

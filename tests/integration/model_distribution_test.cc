@@ -2,7 +2,7 @@
 // vocabulary 2048) and the demo Mamba drafter distilled from it. For a fixed
 // prompt, each trial drafts a (3,2) tree — children sampled without
 // replacement from the drafter's q (top-32 at the request temperature, Philox
-// stream kDraft keyed by the trial's seed), exactly as MambaDrafter does (the
+// stream kDraft keyed by the trial's seed), exactly as the Mamba drafter does (the
 // test checks this against the real drafter for the first trials) — and
 // verifies it with the worker's rule on the target's logits of every node.
 // The drafter's q and the target's logits depend only on the context, so they
@@ -94,7 +94,7 @@ class ModelDistributionTest : public ::testing::Test {
     return q_cache_[key] = out.tree.draft.empty() ? SparseDist() : out.tree.draft[0];
   }
 
-  // The (3,2) tree MambaDrafter drafts for `seed`: children of node v drawn
+  // The (3,2) tree the Mamba drafter drafts for `seed`: children of node v drawn
   // without replacement from q_v with Uniform({seed, kDraft, step 1, v}, j).
   TokenTree DraftTree(uint64_t seed, float temperature) {
     TokenTree tree = TokenTree::Root(kPrompt.back());

@@ -110,5 +110,38 @@ TEST_F(ShutdownTest, GracePeriodBoundsTheDrain) {
   EXPECT_FALSE(result.status.ok()) << "a cut stream must not end OK";
 }
 
+// Issue 10 defect d: a request still streaming, and one still waiting for
+// admission, when the grace runs out each end with UNAVAILABLE "server
+// shutting down", not a bare cancelled call.
+TEST_F(ShutdownTest, RequestsLeftWhenTheGraceEndsGetUnavailable) {
+  auto d = Deployment::Start({"--health_port", "0"},
+                             {"--shutdown_grace_s", "1", "--max_batch", "1"});
+  ASSERT_TRUE(d.ok()) << d.status();
+  ServiceProcess* coordinator = (*d)->coordinator.get();
+  auto stub = (*d)->Stub();
+  std::atomic<int> received{0};
+  StreamResult live, queued;
+  std::thread first([&] {
+    live = Stream(stub.get(), TextRequest("Once upon a time", 1500, "none"), {},
+                  [&](int tokens) { received.store(tokens); });
+  });
+  ASSERT_TRUE(Eventually([&] { return received.load() >= 5; }, milliseconds(30000)));
+  std::thread second([&] { queued = Stream(stub.get(), TextRequest("Once upon a time", 8, "none")); });
+  std::this_thread::sleep_for(milliseconds(300));  // the second waits behind max_batch 1
+  coordinator->Signal(SIGTERM);
+  const int status = coordinator->Wait(milliseconds(20000));
+  first.join();
+  second.join();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "wait status " << status;
+  for (const StreamResult* r : {&live, &queued}) {
+    EXPECT_EQ(r->status.error_code(), grpc::StatusCode::UNAVAILABLE)
+        << (r == &live ? "live: " : "queued: ") << r->status.error_message();
+    EXPECT_NE(r->status.error_message().find("shutting down"), std::string::npos)
+        << r->status.error_message();
+  }
+  EXPECT_LT(live.tokens, 1500);
+  EXPECT_EQ(queued.tokens, 0);
+}
+
 }  // namespace
 }  // namespace treespec::testing

@@ -2,7 +2,9 @@
 // --tp-size 2 --tp-rank R --rendezvous HOST:PORT) on loopback:
 //  - a TP = 2 group answers Open and Verify exactly like a TP = 1 worker,
 //    greedy and seeded sampling (so its logits agree to far below a sampling
-//    step; tests/unit/llama_tp_test.cc compares the logits themselves);
+//    step; tests/unit/llama_tp_test.cc compares the logits themselves), also
+//    though the group prefills in chunks of 3 tokens and the reference in one
+//    pass;
 //  - greedy speculative decoding through a TP = 2 group (coordinator +
 //    mamba drafter, and the target as its own drafter, which accepts long
 //    paths and so exercises KV compaction on every rank) equals plain greedy;
@@ -181,7 +183,9 @@ std::vector<std::string> WorkerArgs(int size, int rank, const std::string& rende
           "--tp-rank", std::to_string(rank),
           "--rendezvous", rendezvous,
           "--rendezvous-timeout-s", "30",
-          "--collective-timeout-s", absl::StrCat(collective_timeout_s)};
+          "--collective-timeout-s", absl::StrCat(collective_timeout_s),
+          // Groups prefill in small chunks (each a logged, replayed pass).
+          "--prefill-chunk-tokens", "3"};
 }
 
 // A worker group of `size` processes; rank 0 is ranks[0].
@@ -210,7 +214,9 @@ struct Group {
 // A TP = 1 worker process (no rendezvous).
 absl::StatusOr<std::unique_ptr<Proc>> StartSingle(std::string* address) {
   std::vector<std::string> args = WorkerArgs(2, 0, "x:1", 3, kTargetModel);
-  args.resize(args.size() - 10);  // drop the --tp-* / --rendezvous* / --collective* flags
+  // Drop the --tp-* / --rendezvous* / --collective* / --prefill-chunk-tokens
+  // flags: the reference prefills each prompt in one pass.
+  args.resize(args.size() - 12);
   auto p = Proc::Spawn(args);
   auto listening = p->WaitLine("listening on ", milliseconds(30000));
   if (!listening.ok()) return listening.status();
@@ -511,7 +517,7 @@ TEST(TpTest, UnreachableRendezvousIsAClearStartupError) {
   // A port nothing listens on: rank 1 retries, then gives up naming it.
   const std::string address = "127.0.0.1:9";  // discard port: refused on loopback
   std::vector<std::string> args = WorkerArgs(2, 1, address, 3, kTargetModel);
-  args[args.size() - 3] = "1.5";  // --rendezvous-timeout-s
+  args[args.size() - 5] = "1.5";  // --rendezvous-timeout-s
   auto rank1 = Proc::Spawn(args);
   const Clock::time_point t0 = Clock::now();
   const int status = rank1->WaitExit(milliseconds(20000));

@@ -15,6 +15,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -686,35 +687,73 @@ TEST_P(BackendOpsTest, ArgmaxRowsLowestIndexOnTies) {
   EXPECT_EQ(got[0], 17);
 }
 
-// Double-precision form of kernels/cpu/sampling_ops.cc's ProcessLogitsRow.
+// Written from the definition, not from any backend's code: tokens ranked by
+// (logit descending, id ascending) through std::sort of (-logit, id) pairs;
+// the first k survive top-k; a survivor also survives top-p while the mass of
+// the survivors ranked above it (softmax at the temperature, renormalised
+// over the top-k set) is below top_p; the survivors share the mass in
+// proportion to exp(logit / T). Long double throughout.
 std::vector<double> ProcessRef(const std::vector<double>& row, double temperature, int top_k,
                                double top_p) {
   const int64_t V = static_cast<int64_t>(row.size());
-  std::vector<int32_t> order(V);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
-  int64_t keep = (top_k > 0 && top_k < V) ? top_k : V;
-  const double inv_t = 1.0 / temperature, mx = row[order[0]] * inv_t;
-  std::vector<double> e(keep);
-  double sum = 0;
-  for (int64_t i = 0; i < keep; ++i) sum += (e[i] = std::exp(row[order[i]] * inv_t - mx));
-  if (top_p < 1.0) {
-    double cum = 0;
-    int64_t cut = keep;
-    for (int64_t i = 0; i < keep; ++i) {
-      cum += e[i] / sum;
-      if (cum >= top_p) {
-        cut = i + 1;
-        break;
-      }
-    }
-    keep = cut;
-    sum = 0;
-    for (int64_t i = 0; i < keep; ++i) sum += e[i];
+  std::vector<std::pair<double, int64_t>> ranked(V);
+  for (int64_t i = 0; i < V; ++i) ranked[i] = {-row[i], i};
+  std::sort(ranked.begin(), ranked.end());
+  const int64_t k = top_k > 0 ? std::min<int64_t>(top_k, V) : V;
+  const long double top = row[ranked[0].second];
+  auto weight = [&](int64_t id) {
+    return std::exp((static_cast<long double>(row[id]) - top) / temperature);
+  };
+  long double top_k_mass = 0;
+  for (int64_t r = 0; r < k; ++r) top_k_mass += weight(ranked[r].second);
+  std::vector<int64_t> kept;
+  long double above = 0, kept_mass = 0;
+  for (int64_t r = 0; r < k; ++r) {
+    if (top_p < 1.0 && above / top_k_mass >= top_p) break;
+    const int64_t id = ranked[r].second;
+    kept.push_back(id);
+    kept_mass += weight(id);
+    above += weight(id);
   }
   std::vector<double> probs(V, 0.0);
-  for (int64_t i = 0; i < keep; ++i) probs[order[i]] = e[i] / sum;
+  for (int64_t id : kept) probs[id] = static_cast<double>(weight(id) / kept_mass);
   return probs;
+}
+
+// Ties and exact cumulative boundaries, with the answers worked out by hand
+// (-1000 has probability exactly 0 next to 0, so tied probabilities are exact
+// in every storage dtype).
+TEST_P(BackendOpsTest, ProcessLogitsRowsTiesAndExactTopPBoundaries) {
+  constexpr float kNever = -1000.0f;
+  struct Case {
+    std::vector<float> logits;
+    int top_k;
+    float top_p;
+    std::vector<double> want;
+  };
+  const std::vector<Case> cases = {
+      // Four tokens of 1/4: top-p 0.5 is reached exactly after two.
+      {{0, 0, 0, 0, kNever, kNever}, 0, 0.5f, {0.5, 0.5, 0, 0, 0, 0}},
+      {{0, 0, 0, 0, kNever, kNever}, 0, 0.25f, {1, 0, 0, 0, 0, 0}},
+      {{0, 0, 0, 0, kNever, kNever}, 0, 0.5001f, {1. / 3, 1. / 3, 1. / 3, 0, 0, 0}},
+      // Ties at the top-k cut go to the lower ids.
+      {{kNever, 0, kNever, 0, 0, 0}, 2, 1.0f, {0, 0.5, 0, 0.5, 0, 0}},
+      {{kNever, 0, kNever, 0, 0, 0}, 3, 0.5f, {0, 0.5, 0, 0.5, 0, 0}},
+  };
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const int V = static_cast<int>(cases[c].logits.size());
+    Tensor logits = Make(cases[c].logits, {1, V});
+    Tensor probs = Out({1, V}, DType::kF32);
+    Poison(&probs);
+    absl::Status st = be_->ProcessLogitsRows(logits, 1.0f, cases[c].top_k, cases[c].top_p, &probs);
+    ASSERT_TRUE(st.ok()) << st;
+    ExpectClose(probs, cases[c].want, "boundary case " + std::to_string(c), {1e-7, 1e-6});
+    std::vector<double> ls = Get(logits);
+    std::vector<double> ref = ProcessRef(ls, 1.0, cases[c].top_k, cases[c].top_p);
+    for (int i = 0; i < V; ++i) {
+      EXPECT_NEAR(ref[i], cases[c].want[i], 1e-12) << "reference, case " << c << " token " << i;
+    }
+  }
 }
 
 TEST_P(BackendOpsTest, ProcessLogitsRowsTopKTopP) {

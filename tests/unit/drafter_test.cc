@@ -1,6 +1,6 @@
-// Drafters without gRPC (MambaDrafter on tiny_mamba, TransformerDrafter on
-// tiny_llama_gqa), checked against the drafter model run directly
-// (LocalModel):
+// Drafters without gRPC (kind mamba on tiny_mamba, kind transformer on
+// tiny_llama_gqa: one ModelDrafter over SequenceModel), checked against the
+// drafter model run directly (LocalModel):
 //  - a shape (N1..Nγ) gives B_i = N1·…·Ni nodes at level i, N_i children
 //    under every node above the last level;
 //  - greedy trees hold each node's top-N tokens by the drafter's own logits;
@@ -9,7 +9,9 @@
 //  - advancing along an accepted path (node states reused) leaves the drafter
 //    exactly where a fresh drafter fed the whole history would be;
 //  - repeated / out-of-order steps are ABORTED and change nothing; other
-//    per-sequence failures stay with their sequence; batching changes nothing.
+//    per-sequence failures stay with their sequence; batching changes nothing;
+//  - a --kind that does not match the model is INVALID_ARGUMENT;
+//  - leases: idle sequences are released, Draft renews the lease.
 #include "drafter_service/drafter.h"
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "core/spec/sampling.h"
 #include "core/tensor/backend.h"
 #include "gmock/gmock.h"
@@ -433,6 +436,53 @@ TEST_P(DrafterTest, OpenAndReleaseManageSequences) {
   EXPECT_EQ(d->Draft({Spec(1, 2, {9}, "2")})[0].status.code(), absl::StatusCode::kNotFound);
   Open(d.get(), 1, {});
   DraftOne(d.get(), Spec(1, 1, {9}, "2"));
+}
+
+TEST_P(DrafterTest, LeasesReleaseIdleSequences) {
+  DrafterOptions o;
+  o.kind = GetParam().kind;
+  o.model_dir = ModelDir(GetParam().model);
+  o.max_sequences = 4;
+  o.max_context = 256;
+  o.sequence_lease = absl::Milliseconds(600);
+  auto d = CreateDrafter(o, backend_.get());
+  ASSERT_TRUE(d.ok()) << d.status();
+  const DrafterStats empty = (*d)->Stats();
+  Open(d->get(), 1, Prompt(1));
+  Open(d->get(), 2, Prompt(2));
+  EXPECT_EQ((*d)->ReleaseExpired(), 0);
+  // Sequence 1 keeps drafting (each Draft renews its lease); 2 stays idle.
+  int released = 0;
+  for (uint64_t step = 1; step <= 9; ++step) {
+    absl::SleepFor(absl::Milliseconds(100));
+    DraftOne(d->get(), Spec(1, step, {9}, "2"));
+    released += (*d)->ReleaseExpired();
+  }
+  EXPECT_EQ(released, 1) << "sequence 2 idle for ~900 ms";
+  EXPECT_EQ((*d)->Draft({Spec(2, 1, {9}, "2")})[0].status.code(), absl::StatusCode::kNotFound);
+  absl::SleepFor(absl::Milliseconds(700));
+  EXPECT_EQ((*d)->ReleaseExpired(), 1);
+  EXPECT_EQ((*d)->Stats().num_sequences, 0);
+  EXPECT_EQ((*d)->Stats().slots_free, empty.slots_free);
+}
+
+TEST(DrafterKindTest, KindThatDoesNotMatchTheModelIsInvalidArgument) {
+  std::unique_ptr<Backend> backend = CreateCpuBackend();
+  for (const Kind& k : {Kind{"transformer", "tiny_mamba"}, Kind{"mamba", "tiny_llama_gqa"}}) {
+    DrafterOptions o;
+    o.kind = k.kind;
+    o.model_dir = ModelDir(k.model);
+    auto d = CreateDrafter(o, backend.get());
+    ASSERT_FALSE(d.ok()) << k.kind;
+    EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(d.status().message(), HasSubstr("--kind " + k.kind + " does not match"));
+  }
+  DrafterOptions o;
+  o.kind = "eagle";
+  o.model_dir = ModelDir("tiny_mamba");
+  auto d = CreateDrafter(o, backend.get());
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(d.status().message(), HasSubstr("'eagle'"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, DrafterTest,

@@ -2,7 +2,7 @@
 // two ranks): an NCCL group of size 1 (unique id made by "rank 0", as the
 // rendezvous would carry it) runs every collective on device tensors of the
 // CUDA backend's stream, and then the worker path itself: a TargetRunner on
-// the CUDA backend whose TargetOps is a GroupLeader sending its step frames
+// the CUDA backend whose SequenceModel is a GroupLeader sending its step frames
 // over NCCL, with the model holding the NCCL communicator, gives the same
 // tokens as a plain TargetRunner on the same backend. Skips without a GPU (or
 // in a build without CUDA, where the NCCL factory says UNAVAILABLE).
@@ -12,6 +12,8 @@
 
 #include "core/comm/nccl_communicator.h"
 #include "core/model/llama.h"
+#include "core/model/llama_sequence_model.h"
+#include "core/model/sequence_model.h"
 #include "core/tensor/backend.h"
 #include "gtest/gtest.h"
 #include "tests/testing/test_util.h"
@@ -116,21 +118,21 @@ TEST_F(GpuNcclTest, TargetRunnerThroughTheGroupPath) {
   options.max_context = 128;
   options.max_tree_nodes = 16;
 
-  auto plain_model = LlamaModel::Load(dir, backend_.get());
+  SequenceModelOptions mo;
+  mo.kv_blocks = 64;
+  auto plain_model = LoadSequenceModel(dir, backend_.get(), nullptr, mo);
   ASSERT_TRUE(plain_model.ok()) << plain_model.status();
-  auto plain_cache = PagedKvCache::Create((*plain_model)->KvOptions(64, 16), backend_.get());
-  ASSERT_TRUE(plain_cache.ok());
-  TargetRunner plain(plain_model->get(), plain_cache->get(), options);
+  TargetRunner plain(plain_model->get(), options);
   const std::vector<int32_t> want = Drive(&plain, 128);
 
-  auto model = LlamaModel::Load(dir, backend_.get(), comm_.get());
+  auto llama = LlamaModel::Load(dir, backend_.get(), comm_.get());
+  ASSERT_TRUE(llama.ok()) << llama.status();
+  EXPECT_EQ((*llama)->tp_size(), 1);
+  auto model = LlamaSequenceModel::Create(std::move(*llama), 64, 16);
   ASSERT_TRUE(model.ok()) << model.status();
-  EXPECT_EQ((*model)->tp_size(), 1);
-  auto cache = PagedKvCache::Create((*model)->KvOptions(64, 16), backend_.get());
-  ASSERT_TRUE(cache.ok());
   GroupHealth health(1);
-  GroupLeader leader(comm_.get(), comm_.get(), model->get(), cache->get(), &health, {});
-  TargetRunner runner(model->get(), cache->get(), options, &leader);
+  GroupLeader leader(comm_.get(), comm_.get(), model->get(), &health, {});
+  TargetRunner runner(&leader, options);
   const std::vector<int32_t> got = Drive(&runner, 128);
   EXPECT_EQ(got, want);
   EXPECT_GE(leader.frames_sent(), 9u) << "one frame per forward pass";

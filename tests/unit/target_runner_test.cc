@@ -7,13 +7,22 @@
 //  - failures in one batch stay with their sequence;
 //  - capacity exhaustion (KV blocks, sequence slots) fails the new sequence
 //    only and never harms existing ones; Release gives the blocks back;
-//  - a seeded sampled sequence gives the same tokens whatever else is batched.
+//  - a seeded sampled sequence gives the same tokens whatever else is batched;
+//  - a Mamba target serves through the same runner (SequenceModel);
+//  - prompts are prefilled in chunks: the result is unchanged, a Verify issued
+//    during a long Open completes before it, the opening sequence is invisible
+//    to Verify, and releasing it cancels its Open;
+//  - leases: sequences nobody touched for the lease are released, Verify
+//    renews the lease.
 #include "worker/target_runner.h"
 
+#include <atomic>
+#include <chrono>
 #include <memory>
+#include <thread>
 #include <vector>
 
-#include "core/model/llama.h"
+#include "core/model/sequence_model.h"
 #include "core/tensor/backend.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -35,8 +44,9 @@ std::vector<int32_t> Prompt(int i, int n = 6) {
 
 // Greedy continuation by sequential decoding (LocalModel: prefill, then one
 // token per forward pass).
-std::vector<int32_t> Greedy(const std::vector<int32_t>& prompt, int n) {
-  auto local = LocalModel::Load(TargetDir(), "cpu", 1, 512);
+std::vector<int32_t> Greedy(const std::vector<int32_t>& prompt, int n,
+                            const std::string& dir = TargetDir()) {
+  auto local = LocalModel::Load(dir, "cpu", 1, 512);
   EXPECT_TRUE(local.ok()) << local.status();
   std::vector<int32_t> out;
   EXPECT_TRUE((*local)
@@ -51,14 +61,14 @@ class TargetRunnerTest : public ::testing::Test {
   void Make(int64_t kv_blocks = 256,
             TargetRunnerOptions options = {.max_context = 256, .max_tree_nodes = 32}) {
     backend_ = CreateCpuBackend();
-    auto m = LlamaModel::Load(TargetDir(), backend_.get());
+    SequenceModelOptions mo;
+    mo.kv_blocks = kv_blocks;
+    mo.kv_block_size = 16;
+    auto m = LoadSequenceModel(TargetDir(), backend_.get(), nullptr, mo);
     ASSERT_TRUE(m.ok()) << m.status();
     model_ = std::move(*m);
-    auto c = PagedKvCache::Create(model_->KvOptions(kv_blocks, 16), backend_.get());
-    ASSERT_TRUE(c.ok()) << c.status();
-    cache_ = std::move(*c);
     ASSERT_TRUE(options.Validate().ok());
-    runner_ = std::make_unique<TargetRunner>(model_.get(), cache_.get(), options);
+    runner_ = std::make_unique<TargetRunner>(model_.get(), options);
   }
   void SetUp() override { Make(); }
 
@@ -79,8 +89,7 @@ class TargetRunnerTest : public ::testing::Test {
   }
 
   std::unique_ptr<Backend> backend_;
-  std::unique_ptr<LlamaModel> model_;
-  std::unique_ptr<PagedKvCache> cache_;
+  std::unique_ptr<SequenceModel> model_;
   std::unique_ptr<TargetRunner> runner_;
 };
 
@@ -398,6 +407,176 @@ TEST_F(TargetRunnerTest, SeededSamplingIsIndependentOfTheBatch) {
   const std::vector<int32_t> alone = run(1);
   EXPECT_EQ(run(6), alone);
   EXPECT_EQ(run(1), alone);
+}
+
+TEST(TargetRunnerMambaTest, MambaTargetServesThroughTheRunner) {
+  const std::string dir = testing::SourceDir() + "/tests/fixtures/models/tiny_mamba";
+  std::unique_ptr<Backend> backend = CreateCpuBackend();
+  SequenceModelOptions mo;
+  mo.max_sequences = 4;
+  mo.max_tail_nodes = 16;
+  auto model = LoadSequenceModel(dir, backend.get(), nullptr, mo);
+  ASSERT_TRUE(model.ok()) << model.status();
+  TargetRunner runner(model->get(), {.max_context = 256, .max_tree_nodes = 16, .max_sequences = 4});
+  const std::vector<int32_t> prompt = Prompt(4, 9);
+  const std::vector<int32_t> g = Greedy(prompt, 12, dir);
+  std::vector<OpenOutcome> opened = runner.Open({{1, prompt, {}, 0, 64}});
+  ASSERT_TRUE(opened[0].status.ok()) << opened[0].status;
+  ASSERT_EQ(opened[0].first_token, g[0]);
+  auto step = [&](uint64_t n, TokenTree tree) {
+    StepSpec s;
+    s.id = 1;
+    s.step = n;
+    s.tree = std::move(tree);
+    return runner.Verify({s}, nullptr)[0];
+  };
+  // A tree holding g1 g2 next to wrong siblings: accepted up to g2, bonus g3.
+  TokenTree t = TokenTree::Root(g[0]);
+  t.AddNode(0, (g[1] + 1) % 128);
+  const int32_t n1 = t.AddNode(0, g[1]);
+  t.AddNode(n1, (g[2] + 1) % 128);
+  t.AddNode(n1, g[2]);
+  StepOutcome s1 = step(1, t);
+  ASSERT_TRUE(s1.status.ok()) << s1.status;
+  EXPECT_EQ(s1.tokens, (std::vector<int32_t>{g[1], g[2], g[3]}));
+  StepOutcome s2 = step(2, TokenTree::Chain(g[3], {g[4], g[5], (g[6] + 1) % 128}));
+  ASSERT_TRUE(s2.status.ok()) << s2.status;
+  EXPECT_EQ(s2.tokens, (std::vector<int32_t>{g[4], g[5], g[6]}));
+  StepOutcome s3 = step(3, TokenTree::Root(g[6]));
+  ASSERT_TRUE(s3.status.ok()) << s3.status;
+  EXPECT_EQ(s3.tokens, std::vector<int32_t>{g[7]});
+  EXPECT_EQ(runner.Release({1}), 1);
+  EXPECT_EQ(runner.Stats().kv_blocks_used, 0);
+}
+
+TEST_F(TargetRunnerTest, ChunkedPrefillEqualsOnePass) {
+  Make(256, {.max_context = 256, .max_tree_nodes = 16, .prefill_chunk_tokens = 3});
+  const std::vector<int32_t> a = Prompt(5, 40), b = Prompt(6, 7);
+  const std::vector<int32_t> ga = Greedy(a, 6), gb = Greedy(b, 6);
+  std::vector<OpenOutcome> opened = runner_->Open({{1, a, {}, 0, 128}, {2, b, {}, 0, 128}});
+  ASSERT_TRUE(opened[0].status.ok()) << opened[0].status;
+  ASSERT_TRUE(opened[1].status.ok()) << opened[1].status;
+  EXPECT_EQ(opened[0].first_token, ga[0]);
+  EXPECT_EQ(opened[1].first_token, gb[0]);
+  StepOutcome s = StepOne(1, 1, TokenTree::Chain(ga[0], {ga[1], ga[2]}));
+  ASSERT_TRUE(s.status.ok()) << s.status;
+  EXPECT_EQ(s.tokens, (std::vector<int32_t>{ga[1], ga[2], ga[3]}));
+}
+
+// Passes calls through to a real model; chain passes (prefill chunks) are
+// counted and slowed down once `slow` is set.
+class SlowPrefill final : public SequenceModel {
+ public:
+  explicit SlowPrefill(SequenceModel* inner) : inner_(inner) {}
+  const ModelInfo& info() const override { return inner_->info(); }
+  absl::StatusOr<int64_t> Open(int64_t capacity) override { return inner_->Open(capacity); }
+  absl::Status Forward(const std::vector<ForwardSeq>& seqs, ForwardOutput* out,
+                       const ForwardOptions& options) override {
+    if (slow && !seqs.empty() && seqs[0].parents.empty()) {
+      ++chunks;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return inner_->Forward(seqs, out, options);
+  }
+  absl::Status Commit(int64_t h, int64_t n) override { return inner_->Commit(h, n); }
+  absl::Status CommitPath(int64_t h, const std::vector<int32_t>& path) override {
+    return inner_->CommitPath(h, path);
+  }
+  void Release(int64_t h) override { inner_->Release(h); }
+  int64_t length(int64_t h) const override { return inner_->length(h); }
+  SequenceModelStats stats() const override { return inner_->stats(); }
+
+  std::atomic<bool> slow{false};
+  std::atomic<int> chunks{0};
+
+ private:
+  SequenceModel* const inner_;
+};
+
+bool WaitFor(const std::function<bool()>& condition) {
+  for (int i = 0; i < 2000 && !condition(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return condition();
+}
+
+TEST_F(TargetRunnerTest, VerifyDuringALongOpenCompletesFirst) {
+  SlowPrefill slow(model_.get());
+  TargetRunner runner(&slow, {.max_context = 256, .max_tree_nodes = 16, .prefill_chunk_tokens = 4});
+  const std::vector<int32_t> live = Prompt(1), long_prompt = Prompt(2, 160);
+  const std::vector<int32_t> g = Greedy(live, 3), g_long = Greedy(long_prompt, 1);
+  ASSERT_TRUE(runner.Open({{1, live, {}, 0, 64}})[0].status.ok());
+  slow.slow = true;
+  std::atomic<bool> open_done{false};
+  OpenOutcome opened;
+  std::thread opener([&] {
+    opened = runner.Open({{2, long_prompt, {}, 0, 200}})[0];
+    open_done = true;
+  });
+  ASSERT_TRUE(WaitFor([&] { return slow.chunks.load() >= 2; }));
+  StepSpec s;
+  s.id = 1;
+  s.step = 1;
+  s.tree = TokenTree::Chain(g[0], {g[1]});
+  StepOutcome out = runner.Verify({s}, nullptr)[0];
+  EXPECT_FALSE(open_done.load()) << "the Verify waited for the whole prompt";
+  ASSERT_TRUE(out.status.ok()) << out.status;
+  EXPECT_EQ(out.tokens, (std::vector<int32_t>{g[1], g[2]}));
+  // The sequence being opened is invisible, but its id is taken.
+  StepSpec early;
+  early.id = 2;
+  early.step = 1;
+  early.tree = TokenTree::Root(5);
+  EXPECT_EQ(runner.Verify({early}, nullptr)[0].status.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(runner.Open({{2, live, {}, 0, 64}})[0].status.code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_FALSE(runner.HasSequence(2));
+  opener.join();
+  ASSERT_TRUE(opened.status.ok()) << opened.status;
+  EXPECT_EQ(opened.first_token, g_long[0]);
+  EXPECT_GE(slow.chunks.load(), 40) << "160 tokens in chunks of 4";
+  EXPECT_TRUE(runner.HasSequence(2));
+}
+
+TEST_F(TargetRunnerTest, ReleaseDuringOpenCancelsIt) {
+  SlowPrefill slow(model_.get());
+  TargetRunner runner(&slow, {.max_context = 256, .max_tree_nodes = 16, .prefill_chunk_tokens = 4});
+  slow.slow = true;
+  OpenOutcome opened;
+  std::thread opener([&] { opened = runner.Open({{7, Prompt(3, 160), {}, 0, 200}})[0]; });
+  ASSERT_TRUE(WaitFor([&] { return slow.chunks.load() >= 2; }));
+  EXPECT_EQ(runner.Release({7}), 1);
+  opener.join();
+  EXPECT_EQ(opened.status.code(), absl::StatusCode::kCancelled) << opened.status;
+  EXPECT_LT(slow.chunks.load(), 40);
+  EXPECT_EQ(runner.Stats().num_sequences, 0);
+  EXPECT_EQ(runner.Stats().kv_blocks_used, 0);
+}
+
+TEST_F(TargetRunnerTest, LeasesReleaseIdleSequences) {
+  absl::Time now = absl::FromUnixSeconds(100);
+  TargetRunner runner(model_.get(),
+                      {.max_context = 256, .max_tree_nodes = 16, .sequence_lease = absl::Seconds(5)},
+                      [&now] { return now; });
+  const std::vector<int32_t> g = Greedy(Prompt(1), 2);
+  ASSERT_TRUE(runner.Open({{1, Prompt(1), {}, 0, 64}, {2, Prompt(2), {}, 0, 64}})[0].status.ok());
+  EXPECT_EQ(runner.ReleaseExpired(), 0);
+  now += absl::Seconds(4);
+  StepSpec s;
+  s.id = 1;
+  s.step = 1;
+  s.tree = TokenTree::Root(g[0]);
+  ASSERT_TRUE(runner.Verify({s}, nullptr)[0].status.ok());  // renews 1's lease
+  now += absl::Seconds(2);
+  EXPECT_EQ(runner.ReleaseExpired(), 1) << "sequence 2 was idle for 6 s";
+  EXPECT_TRUE(runner.HasSequence(1));
+  EXPECT_FALSE(runner.HasSequence(2));
+  now += absl::Seconds(5);
+  EXPECT_EQ(runner.ReleaseExpired(), 1);
+  EXPECT_EQ(runner.Stats().num_sequences, 0);
+  EXPECT_EQ(runner.Stats().kv_blocks_used, 0);
+  s.step = 2;
+  EXPECT_EQ(runner.Verify({s}, nullptr)[0].status.code(), absl::StatusCode::kNotFound);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_split.h"
+#include "core/model/sequence_model.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/util/cli_args.h"
 #include "drafter_service/drafter.h"
@@ -100,17 +101,18 @@ int Main() {
     return 1;
   }
   const std::string target = absl::GetFlag(FLAGS_target);
-  auto model = LlamaModel::Load(target, backend->get());
+  SequenceModelOptions mo;
+  mo.kv_blocks = 512;
+  auto model = LoadSequenceModel(target, backend->get(), nullptr, mo);
   auto tok = LoadTokenizer(target);
   if (!model.ok() || !tok.ok()) {
     std::fprintf(stderr, "target: %s %s\n", model.status().ToString().c_str(),
                  tok.status().ToString().c_str());
     return 1;
   }
-  auto cache = PagedKvCache::Create((*model)->KvOptions(512, 16), backend->get());
   TargetRunnerOptions ro;
   ro.max_context = 1024;
-  TargetRunner runner(model->get(), cache->get(), ro);
+  TargetRunner runner(model->get(), ro);
   std::vector<std::vector<int32_t>> prompts;
   std::ifstream in(absl::GetFlag(FLAGS_prompts));
   std::string line;

@@ -1,6 +1,6 @@
 // tp_bench: TP = 1 vs TP = 2 verify-step time on CPU for a ~110M Llama shape
 // (random weights), through the real worker path: rank 0 runs a TargetRunner
-// whose TargetOps is a GroupLeader (step frame broadcast, then the sharded
+// whose SequenceModel is a GroupLeader (step frame broadcast, then the sharded
 // forward pass with its all-reduces and the LM-head all-gather, then
 // acceptance and KV compaction); rank 1 runs RunFollower. Ranks are separate
 // processes (forked) joined by Gloo over loopback. The time spent inside
@@ -32,6 +32,7 @@
 #include "core/comm/gloo_communicator.h"
 #include "core/comm/rendezvous.h"
 #include "core/model/llama.h"
+#include "core/model/llama_sequence_model.h"
 #include "core/util/cli_args.h"
 #include "worker/group_health.h"
 #include "worker/rank_loop.h"
@@ -158,13 +159,13 @@ absl::Status RunRank(const Config& c, int rank, int port, int out_fd) {
     lat16 = AllReduceLatencyUs(comm.get(), 16, lc.hidden_size, 300);
   }
   WeightLoader loader(/*seed=*/1, /*scale=*/0.02f, backend.get());
-  auto model = LlamaModel::Create(lc, &loader, comm.get());
-  if (!model.ok()) return Fail(model.status(), rank);
+  auto llama = LlamaModel::Create(lc, &loader, comm.get());
+  if (!llama.ok()) return Fail(llama.status(), rank);
   const int64_t tokens = prefix + (kWarmup + steps) * 8 + 256;
-  auto cache = PagedKvCache::Create((*model)->KvOptions((tokens + 64) / 16 + 4, 16), backend.get());
-  if (!cache.ok()) return Fail(cache.status(), rank);
+  auto model = LlamaSequenceModel::Create(std::move(*llama), (tokens + 64) / 16 + 4, 16);
+  if (!model.ok()) return Fail(model.status(), rank);
   if (rank > 0) {
-    absl::Status st = RunFollower(comm.get(), model->get(), cache->get());
+    absl::Status st = RunFollower(comm.get(), model->get());
     return st.ok() ? st : Fail(st, rank);
   }
 
@@ -173,16 +174,15 @@ absl::Status RunRank(const Config& c, int rank, int port, int out_fd) {
   if (c.tp > 1) {
     GroupLeaderOptions lo;
     lo.heartbeat_interval = std::chrono::seconds(10);
-    leader = std::make_unique<GroupLeader>(comm.get(), comm.get(), model->get(), cache->get(),
-                                           &health, lo);
+    leader = std::make_unique<GroupLeader>(comm.get(), comm.get(), model->get(), &health, lo);
   }
   TargetRunnerOptions options;
   options.max_context = tokens;
   options.max_tree_nodes = 64;
   std::unique_ptr<TargetRunner> runner =
       leader != nullptr
-          ? std::make_unique<TargetRunner>(model->get(), cache->get(), options, leader.get())
-          : std::make_unique<TargetRunner>(model->get(), cache->get(), options);
+          ? std::make_unique<TargetRunner>(leader.get(), options)
+          : std::make_unique<TargetRunner>(model->get(), options);
   OpenSpec open;
   open.id = 1;
   for (int i = 0; i < prefix; ++i) open.prompt.push_back((i * 7919 + 17) % lc.vocab_size);

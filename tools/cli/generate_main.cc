@@ -32,6 +32,16 @@ int Fail(const absl::Status& st) {
   return 1;
 }
 
+// A sample as one paragraph block of --output: blank lines inside it collapsed.
+std::string ParagraphBlock(const std::string& sample) {
+  std::string clean;
+  for (char c : sample) {
+    if (c == '\n' && !clean.empty() && clean.back() == '\n') continue;
+    clean.push_back(c);
+  }
+  return clean;
+}
+
 int Main() {
   const std::string dir = absl::GetFlag(FLAGS_model);
   if (dir.empty()) return Fail(absl::InvalidArgumentError("--model is required"));
@@ -94,14 +104,7 @@ int Main() {
       if (output.empty()) {
         std::fwrite(rest.data(), 1, rest.size(), stdout);
       } else {
-        // A sample is one paragraph block: collapse blank lines inside it.
-        std::string s = absl::GetFlag(FLAGS_prompt) + text[i] + rest;
-        std::string clean;
-        for (char c : s) {
-          if (c == '\n' && !clean.empty() && clean.back() == '\n') continue;
-          clean.push_back(c);
-        }
-        out << clean << "\n\n";
+        out << ParagraphBlock(absl::GetFlag(FLAGS_prompt) + text[i] + rest) << "\n\n";
       }
     }
     if (!output.empty()) {

@@ -1,5 +1,7 @@
 #include "tools/cli/local_model.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "core/spec/philox.h"
 #include "core/util/status_macros.h"
@@ -13,38 +15,21 @@ absl::StatusOr<std::unique_ptr<LocalModel>> LocalModel::Load(const std::string& 
   TS_ASSIGN_OR_RETURN(m->config_, LoadModelConfig(dir));
   TS_ASSIGN_OR_RETURN(m->backend_, CreateBackend(device));
   m->max_len_ = max_len;
-  if (m->config_.arch == Architecture::kLlama) {
-    TS_ASSIGN_OR_RETURN(m->llama_, LlamaModel::Load(dir, m->backend_.get()));
-    const int64_t block = 16;
-    const int64_t blocks = max_batch * ((max_len + block - 1) / block);
-    TS_ASSIGN_OR_RETURN(m->cache_, PagedKvCache::Create(m->llama_->KvOptions(blocks, block),
-                                                        m->backend_.get()));
-  } else {
-    TS_ASSIGN_OR_RETURN(m->mamba_, MambaModel::Load(dir, m->backend_.get()));
-    TS_ASSIGN_OR_RETURN(m->pool_, MambaStatePool::Create(m->config_.mamba, max_batch,
-                                                         m->backend_.get()));
-  }
+  SequenceModelOptions o;
+  o.kv_block_size = 16;
+  o.kv_blocks = std::max<int64_t>(1, max_batch * ((max_len + o.kv_block_size - 1) / o.kv_block_size));
+  o.max_sequences = std::max<int64_t>(1, max_batch);
+  o.max_tail_nodes = 1;
+  TS_ASSIGN_OR_RETURN(m->model_, LoadSequenceModel(dir, m->backend_.get(), nullptr, o));
   return m;
 }
 
 absl::Status LocalModel::Reset(size_t n) {
-  for (int64_t h : handles_) {
-    if (llama_) {
-      cache_->Release(h);
-    } else {
-      pool_->Free(static_cast<int32_t>(h));
-    }
-  }
+  for (int64_t h : handles_) model_->Release(h);
   handles_.clear();
   for (size_t i = 0; i < n; ++i) {
-    if (llama_) {
-      int64_t seq = cache_->CreateSequence();
-      TS_RETURN_IF_ERROR(cache_->Reserve(seq, max_len_));
-      handles_.push_back(seq);
-    } else {
-      TS_ASSIGN_OR_RETURN(int32_t slot, pool_->Allocate());
-      handles_.push_back(slot);
-    }
+    TS_ASSIGN_OR_RETURN(int64_t h, model_->Open(max_len_));
+    handles_.push_back(h);
   }
   return absl::OkStatus();
 }
@@ -52,54 +37,28 @@ absl::Status LocalModel::Reset(size_t n) {
 absl::Status LocalModel::Feed(const std::vector<size_t>& which,
                               const std::vector<std::vector<int32_t>>& tokens,
                               std::vector<float>* logits) {
-  const int64_t V = vocab_size();
-  if (llama_) {
-    std::vector<ForwardSeq> batch;
-    for (size_t k = 0; k < which.size(); ++k) {
-      if (cache_->length(handles_[which[k]]) + static_cast<int64_t>(tokens[k].size()) > max_len_) {
-        return absl::OutOfRangeError(absl::StrCat("sequence longer than --max_len ", max_len_));
-      }
-      batch.push_back({handles_[which[k]], tokens[k], {}, LogitsMode::kLast});
-    }
-    ForwardOutput fo;
-    TS_RETURN_IF_ERROR(llama_->Forward(batch, cache_.get(), &fo));
-    for (size_t k = 0; k < which.size(); ++k) {
-      TS_RETURN_IF_ERROR(cache_->Commit(handles_[which[k]], static_cast<int64_t>(tokens[k].size())));
-    }
-    *logits = std::move(fo.logits);
-    return absl::OkStatus();
-  }
-  // Mamba: multi-token chunks are prefilled one sequence at a time; single
-  // tokens go through one batched step.
-  bool single = true;
-  for (const auto& t : tokens) single &= t.size() == 1;
-  logits->assign(which.size() * V, 0.0f);
-  if (single) {
-    std::vector<int32_t> toks, slots;
-    for (size_t k = 0; k < which.size(); ++k) {
-      toks.push_back(tokens[k][0]);
-      slots.push_back(static_cast<int32_t>(handles_[which[k]]));
-    }
-    return mamba_->Step(toks, slots, pool_.get(), logits);
-  }
+  std::vector<ForwardSeq> batch;
   for (size_t k = 0; k < which.size(); ++k) {
-    std::vector<float> row;
-    TS_RETURN_IF_ERROR(mamba_->Prefill(tokens[k], static_cast<int32_t>(handles_[which[k]]),
-                                       pool_.get(), &row));
-    std::copy(row.begin(), row.end(), logits->begin() + k * V);
+    if (model_->length(handles_[which[k]]) + static_cast<int64_t>(tokens[k].size()) > max_len_) {
+      return absl::OutOfRangeError(absl::StrCat("sequence longer than --max_len ", max_len_));
+    }
+    batch.push_back({handles_[which[k]], tokens[k], {}, LogitsMode::kLast});
   }
+  ForwardOutput fo;
+  TS_RETURN_IF_ERROR(model_->Forward(batch, &fo));
+  for (size_t k = 0; k < which.size(); ++k) {
+    TS_RETURN_IF_ERROR(model_->Commit(handles_[which[k]], static_cast<int64_t>(tokens[k].size())));
+  }
+  *logits = std::move(fo.logits);
   return absl::OkStatus();
 }
 
 absl::Status LocalModel::AllLogits(const std::vector<int32_t>& prompt, std::vector<float>* logits) {
   TS_RETURN_IF_ERROR(Reset(1));
-  if (llama_) {
-    ForwardOutput fo;
-    TS_RETURN_IF_ERROR(llama_->Forward({{handles_[0], prompt, {}, LogitsMode::kAll}}, cache_.get(), &fo));
-    *logits = std::move(fo.logits);
-    return absl::OkStatus();
-  }
-  return mamba_->Prefill(prompt, static_cast<int32_t>(handles_[0]), pool_.get(), logits, true);
+  ForwardOutput fo;
+  TS_RETURN_IF_ERROR(model_->Forward({{handles_[0], prompt, {}, LogitsMode::kAll}}, &fo));
+  *logits = std::move(fo.logits);
+  return absl::OkStatus();
 }
 
 absl::Status LocalModel::Generate(const std::vector<std::vector<int32_t>>& prompts,

@@ -1,6 +1,6 @@
 // LocalModel: in-process autoregressive generation over any supported
-// architecture (Llama family through the paged KV cache, Mamba through its
-// state pool), batched over many sequences. Used by treespec-generate,
+// architecture (a SequenceModel from LoadSequenceModel), batched over many
+// sequences. Used by treespec-generate,
 // treespec-logits and the corpus generator. Not thread-safe.
 #pragma once
 
@@ -11,9 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "core/model/config.h"
-#include "core/model/kv_cache.h"
-#include "core/model/llama.h"
-#include "core/model/mamba.h"
+#include "core/model/sequence_model.h"
 #include "core/spec/sampling.h"
 #include "core/tensor/backend.h"
 
@@ -48,12 +46,9 @@ class LocalModel {
 
   ModelConfig config_;
   std::unique_ptr<Backend> backend_;
-  std::unique_ptr<LlamaModel> llama_;
-  std::unique_ptr<PagedKvCache> cache_;
-  std::unique_ptr<MambaModel> mamba_;
-  std::unique_ptr<MambaStatePool> pool_;
+  std::unique_ptr<SequenceModel> model_;
   int64_t max_len_ = 0;
-  std::vector<int64_t> handles_;  // kv sequence or state slot per batch entry
+  std::vector<int64_t> handles_;  // model handle per batch entry
 };
 
 }  // namespace treespec

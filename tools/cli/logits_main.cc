@@ -4,9 +4,10 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
-#include "core/util/cli_args.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/util/cli_args.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/util/npy.h"
 #include "tools/cli/local_model.h"
@@ -30,13 +31,18 @@ int Main() {
   if (dir.empty()) return Fail(absl::InvalidArgumentError("--model is required"));
   if (out.empty()) return Fail(absl::InvalidArgumentError("--out is required"));
   std::vector<int32_t> ids;
-  if (!absl::GetFlag(FLAGS_ids).empty()) {
-    for (absl::string_view p : absl::StrSplit(absl::GetFlag(FLAGS_ids), ',', absl::SkipWhitespace())) {
+  // --ids given, even empty, means ids: the tokenizer is not needed (nor looked for).
+  if (FlagGiven("ids")) {
+    const std::string text = absl::GetFlag(FLAGS_ids);
+    for (absl::string_view p : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
       int32_t v;
       if (!absl::SimpleAtoi(p, &v)) {
         return Fail(absl::InvalidArgumentError(absl::StrCat("--ids: '", p, "' is not an integer")));
       }
       ids.push_back(v);
+    }
+    if (ids.empty()) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat("--ids: no token ids in '", text, "'")));
     }
   } else {
     auto tok = LoadTokenizer(dir);

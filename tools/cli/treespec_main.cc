@@ -5,14 +5,18 @@
 //   treespec info --server ADDR
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/util/cli_args.h"
 #include "nlohmann/json.hpp"
 #include "rpc/server.h"
+#include "rpc/status_convert.h"
 #include "treespec/v1/generation.grpc.pb.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "Coordinator address HOST:PORT");
@@ -22,7 +26,8 @@ ABSL_FLAG(int32_t, max_tokens, 128, "New tokens at most");
 ABSL_FLAG(double, temperature, 0.0, "0: greedy");
 ABSL_FLAG(double, top_p, 1.0, "Nucleus mass in (0, 1]");
 ABSL_FLAG(int32_t, top_k, 0, "Top-k (0: off)");
-ABSL_FLAG(uint64_t, seed, 0, "Random seed");
+ABSL_FLAG(std::optional<uint64_t>, seed, std::nullopt,
+          "Sampling seed (unset: the server draws one and reports it)");
 ABSL_FLAG(std::string, drafter, "auto", "Drafter name, auto or none");
 ABSL_FLAG(std::string, tree, "", "Tree shape N1,N2,... or chain:K or auto (empty: server default)");
 ABSL_FLAG(std::string, verify, "", "greedy, multiround or target_sampling (empty: by temperature)");
@@ -40,6 +45,14 @@ int Usage() {
   return 2;
 }
 
+// "treespec: UNAVAILABLE: failed to connect ..." on stderr: the code by name.
+// Returns `exit_code`: 2 for a bad command line, 1 for a failed call.
+int Fail(const absl::Status& status, int exit_code) {
+  std::fprintf(stderr, "treespec: %s\n", status.ToString().c_str());
+  return exit_code;
+}
+int Fail(const grpc::Status& status) { return Fail(FromGrpc(status), 1); }
+
 const char* FinishName(v1::FinishReason r) {
   switch (r) {
     case v1::FINISH_REASON_LENGTH: return "length";
@@ -54,24 +67,25 @@ int Info(v1::Generation::Stub* stub) {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   v1::ModelInfo info;
   grpc::Status st = stub->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info);
-  if (!st.ok()) {
-    std::fprintf(stderr, "treespec: %s\n", st.error_message().c_str());
-    return 1;
-  }
+  if (!st.ok()) return Fail(st);
   std::printf("%s", info.DebugString().c_str());
   return 0;
 }
 
-int Generate(v1::Generation::Stub* stub) {
+// The request the flags describe; INVALID_ARGUMENT naming a bad flag.
+absl::StatusOr<v1::GenerateRequest> RequestFromFlags() {
   v1::GenerateRequest req;
-  if (!absl::GetFlag(FLAGS_ids).empty()) {
-    for (absl::string_view p : absl::StrSplit(absl::GetFlag(FLAGS_ids), ',', absl::SkipWhitespace())) {
+  if (FlagGiven("ids")) {
+    const std::string text = absl::GetFlag(FLAGS_ids);
+    for (absl::string_view p : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
       int32_t v;
       if (!absl::SimpleAtoi(p, &v)) {
-        std::fprintf(stderr, "treespec: --ids: '%s' is not an integer\n", std::string(p).c_str());
-        return 2;
+        return absl::InvalidArgumentError(absl::StrCat("--ids: '", p, "' is not an integer"));
       }
       req.mutable_token_ids()->add_ids(v);
+    }
+    if (req.token_ids().ids().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--ids: no token ids in '", text, "'"));
     }
   } else {
     req.set_text(absl::GetFlag(FLAGS_prompt));
@@ -81,7 +95,7 @@ int Generate(v1::Generation::Stub* stub) {
   s->set_temperature(static_cast<float>(absl::GetFlag(FLAGS_temperature)));
   s->set_top_p(static_cast<float>(absl::GetFlag(FLAGS_top_p)));
   s->set_top_k(absl::GetFlag(FLAGS_top_k));
-  s->set_seed(absl::GetFlag(FLAGS_seed));
+  if (absl::GetFlag(FLAGS_seed).has_value()) s->set_seed(*absl::GetFlag(FLAGS_seed));
   if (!absl::GetFlag(FLAGS_stop).empty()) req.add_stop(absl::GetFlag(FLAGS_stop));
   v1::SpeculationOptions* sp = req.mutable_speculation();
   sp->set_drafter(absl::GetFlag(FLAGS_drafter));
@@ -94,34 +108,16 @@ int Generate(v1::Generation::Stub* stub) {
   } else if (verify == "target_sampling") {
     sp->set_verification(v1::VERIFICATION_MODE_TARGET_SAMPLING);
   } else if (!verify.empty()) {
-    std::fprintf(stderr, "treespec: --verify: '%s' is not greedy, multiround or target_sampling\n",
-                 verify.c_str());
-    return 2;
+    return absl::InvalidArgumentError(
+        absl::StrCat("--verify: '", verify, "' is not greedy, multiround or target_sampling"));
   }
-  const bool json = absl::GetFlag(FLAGS_json);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() +
-                   std::chrono::seconds(absl::GetFlag(FLAGS_timeout_s)));
-  auto reader = stub->Generate(&ctx, req);
-  v1::GenerateResponse chunk, last;
-  std::string text;
-  std::vector<int32_t> ids;
-  while (reader->Read(&chunk)) {
-    text += chunk.text();
-    ids.insert(ids.end(), chunk.token_ids().begin(), chunk.token_ids().end());
-    if (!json) {
-      std::fwrite(chunk.text().data(), 1, chunk.text().size(), stdout);
-      std::fflush(stdout);
-    }
-    if (chunk.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) last = chunk;
-  }
-  grpc::Status st = reader->Finish();
-  if (!st.ok()) {
-    if (!json) std::printf("\n");
-    std::fprintf(stderr, "treespec: %d %s\n", static_cast<int>(st.error_code()),
-                 st.error_message().c_str());
-    return 1;
-  }
+  return req;
+}
+
+// The final statistics of a finished stream: one JSON object on stdout with
+// the text and ids, or a summary line on stderr.
+void PrintSummary(const v1::GenerateResponse& last, const std::string& text,
+                  const std::vector<int32_t>& ids, bool json) {
   const v1::SpeculationStats& spec = last.speculation();
   const double tok_s = last.timings().total_ns() > 0
                            ? last.usage().completion_tokens() * 1e9 / last.timings().total_ns()
@@ -145,18 +141,48 @@ int Generate(v1::Generation::Stub* stub) {
         {"accepted_tokens", spec.accepted_tokens()},
         {"mean_accepted_length", spec.mean_accepted_length()},
         {"fallback_steps", spec.fallback_steps()},
+        {"drafter_errors", spec.drafter_errors()},
+        {"seed", last.seed()},
     };
     std::printf("%s\n", j.dump().c_str());
-  } else {
-    std::printf("\n");
-    std::fprintf(stderr,
-                 "[%s] %d tokens, %.1f tokens/s, drafter %s tree %s: %d steps, mean accepted "
-                 "length %.2f (%d/%d drafts accepted, %d fallback steps)\n",
-                 FinishName(last.finish_reason()), last.usage().completion_tokens(), tok_s,
-                 spec.drafter().c_str(), spec.tree().c_str(), spec.steps(),
-                 spec.mean_accepted_length(), spec.accepted_tokens(), spec.drafted_tokens(),
-                 spec.fallback_steps());
+    return;
   }
+  std::printf("\n");
+  std::fprintf(stderr,
+               "[%s] %d tokens, %.1f tokens/s, drafter %s tree %s: %d steps, mean accepted "
+               "length %.2f (%d/%d drafts accepted, %d fallback steps), seed %llu\n",
+               FinishName(last.finish_reason()), last.usage().completion_tokens(), tok_s,
+               spec.drafter().c_str(), spec.tree().c_str(), spec.steps(),
+               spec.mean_accepted_length(), spec.accepted_tokens(), spec.drafted_tokens(),
+               spec.fallback_steps(), static_cast<unsigned long long>(last.seed()));
+}
+
+int Generate(v1::Generation::Stub* stub) {
+  absl::StatusOr<v1::GenerateRequest> req = RequestFromFlags();
+  if (!req.ok()) return Fail(req.status(), 2);
+  const bool json = absl::GetFlag(FLAGS_json);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::seconds(absl::GetFlag(FLAGS_timeout_s)));
+  auto reader = stub->Generate(&ctx, *req);
+  v1::GenerateResponse chunk, last;
+  std::string text;
+  std::vector<int32_t> ids;
+  while (reader->Read(&chunk)) {
+    text += chunk.text();
+    ids.insert(ids.end(), chunk.token_ids().begin(), chunk.token_ids().end());
+    if (!json) {
+      std::fwrite(chunk.text().data(), 1, chunk.text().size(), stdout);
+      std::fflush(stdout);
+    }
+    if (chunk.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) last = chunk;
+  }
+  grpc::Status st = reader->Finish();
+  if (!st.ok()) {
+    if (!json) std::printf("\n");
+    return Fail(st);
+  }
+  PrintSummary(last, text, ids, json);
   return 0;
 }
 

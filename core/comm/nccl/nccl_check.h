@@ -1,5 +1,5 @@
 // NCCL result codes as absl::Status with the failing expression and
-// file:line, through the one CUDA-family macro (kernels/cuda/cuda_check.h,
+// file:line, through the one CUDA-family macro (core/cuda/cuda_check.h,
 // STYLE.md point 9): this overload of treespec::cuda::ToStatus lets
 //
 //   TS_CUDA_RETURN_IF_ERROR(ncclAllReduce(...));
@@ -14,7 +14,7 @@
 #include <nccl.h>
 
 #include "absl/status/status.h"
-#include "kernels/cuda/cuda_check.h"
+#include "core/cuda/cuda_check.h"
 
 namespace treespec::cuda {
 

@@ -21,7 +21,6 @@
 #include "core/comm/nccl_communicator.h"
 #include "core/comm/comm_accounting.h"
 #include "core/util/status_macros.h"
-#include "kernels/cuda/cuda_backend.h"
 
 namespace treespec {
 namespace {
@@ -76,7 +75,9 @@ class NcclCommunicator final : public Communicator {
                                                      " bytes; expected ", sizeof(ncclUniqueId)));
     }
     TS_CUDA_RETURN_IF_ERROR(cudaSetDevice(options_.device));
-    stream_ = options_.backend != nullptr ? cuda::StreamOf(options_.backend) : nullptr;
+    stream_ = options_.backend != nullptr
+                  ? static_cast<cudaStream_t>(options_.backend->NativeStream())
+                  : nullptr;
     if (stream_ == nullptr) {
       TS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
       own_stream_ = true;

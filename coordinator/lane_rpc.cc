@@ -1,0 +1,222 @@
+#include "coordinator/lane_rpc.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "rpc/proto_convert.h"
+#include "rpc/status_convert.h"
+
+namespace treespec {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t Ns(Clock::duration d) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+}
+
+absl::Status Bad(absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("drafted tree: ", field, " ", what));
+}
+
+// Marks the endpoint's health by the RPC's outcome.
+template <typename T>
+void Note(EndpointHealth& health, const absl::StatusOr<T>& r) {
+  if (r.ok()) {
+    health.MarkHealthy();
+  } else {
+    health.MarkFailed(Clock::now());
+  }
+}
+
+}  // namespace
+
+absl::Status ValidateDraftedTree(const v1::TokenTree& tree, int64_t vocab_size,
+                                 int64_t max_tree_nodes) {
+  const int n = tree.tokens_size();
+  if (n < 1) return Bad("tokens", "is empty");
+  if (tree.parents_size() != n) {
+    return Bad("parents", absl::StrCat("has ", tree.parents_size(), " entries for ", n, " tokens"));
+  }
+  if (max_tree_nodes > 0 && n > max_tree_nodes) {
+    return Bad("tokens", absl::StrCat("has ", n, " nodes; at most ", max_tree_nodes));
+  }
+  if (tree.draft_size() > n) {
+    return Bad("draft", absl::StrCat("has ", tree.draft_size(), " distributions for ", n, " nodes"));
+  }
+  for (int i = 0; i < n; ++i) {
+    const int32_t t = tree.tokens(i);
+    if (t < 0 || (vocab_size > 0 && t >= vocab_size)) {
+      return Bad(absl::StrCat("tokens[", i, "]"),
+                 absl::StrCat(t, " is outside the vocabulary [0, ", vocab_size, ")"));
+    }
+    const int32_t p = tree.parents(i);
+    if (i == 0 ? p != -1 : (p < 0 || p >= i)) {
+      return Bad(absl::StrCat("parents[", i, "]"),
+                 i == 0 ? absl::StrCat(p, " is not -1")
+                        : absl::StrCat(p, " is outside [0, ", i, ")"));
+    }
+  }
+  for (int i = 0; i < tree.draft_size(); ++i) {
+    const v1::SparseDistribution& q = tree.draft(i);
+    if (q.probs_size() != q.tokens_size()) {
+      return Bad(absl::StrCat("draft[", i, "].probs"),
+                 absl::StrCat("has ", q.probs_size(), " entries for ", q.tokens_size(), " tokens"));
+    }
+    for (int k = 0; k < q.tokens_size(); ++k) {
+      if (q.tokens(k) < 0 || (vocab_size > 0 && q.tokens(k) >= vocab_size)) {
+        return Bad(absl::StrCat("draft[", i, "].tokens[", k, "]"),
+                   absl::StrCat(q.tokens(k), " is outside the vocabulary [0, ", vocab_size, ")"));
+      }
+      if (!(q.probs(k) >= 0.0f && q.probs(k) <= 1.0f)) {
+        return Bad(absl::StrCat("draft[", i, "].probs[", k, "]"),
+                   absl::StrCat(q.probs(k), " is not a probability"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+LaneRpc::LaneRpc(WorkerEndpoint* worker, DrafterEndpoint* drafter, LaneRpcOptions options)
+    : worker_(worker), drafter_(drafter), options_(options) {}
+
+absl::StatusOr<std::vector<WorkerOpenReply>> LaneRpc::OpenWorker(
+    const std::vector<WorkerOpenItem>& items) {
+  v1::WorkerOpenRequest req;
+  for (const WorkerOpenItem& it : items) {
+    v1::WorkerOpenSequence* ws = req.add_sequences();
+    ws->set_sequence_id(it.id);
+    ws->mutable_prompt()->Assign(it.prompt.begin(), it.prompt.end());
+    ToProto(it.sampling, it.seed, ws->mutable_sampling());
+    ws->set_max_total_tokens(it.max_total_tokens);
+  }
+  absl::StatusOr<v1::WorkerOpenResponse> resp = worker_->client->Open(req, options_.open_timeout);
+  Note(worker_->health, resp);
+  if (!resp.ok()) return resp.status();
+  std::vector<WorkerOpenReply> out(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (static_cast<int>(i) >= resp->results_size()) {
+      out[i].status = absl::InternalError("worker returned too few Open results");
+      continue;
+    }
+    const v1::WorkerOpenResult& r = resp->results(static_cast<int>(i));
+    out[i].status = FromProto(r.status());
+    out[i].first_token = r.first_token();
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<absl::Status>> LaneRpc::OpenDrafter(
+    const std::vector<DrafterOpenItem>& items) {
+  v1::ReleaseDraftsRequest release;
+  v1::DrafterOpenRequest req;
+  for (const DrafterOpenItem& it : items) {
+    if (it.release_first) release.add_sequence_ids(it.id);
+    v1::DrafterOpenSequence* o = req.add_sequences();
+    o->set_sequence_id(it.id);
+    o->mutable_prompt()->Assign(it.prompt.begin(), it.prompt.end());
+  }
+  if (release.sequence_ids_size() > 0) {
+    (void)drafter_->client->Release(release, options_.release_timeout);
+  }
+  absl::StatusOr<v1::DrafterOpenResponse> resp = drafter_->client->Open(req, options_.open_timeout);
+  Note(drafter_->health, resp);
+  if (!resp.ok()) return resp.status();
+  std::vector<absl::Status> out(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    out[i] = static_cast<int>(i) < resp->results_size()
+                 ? FromProto(resp->results(static_cast<int>(i)).status())
+                 : absl::InternalError("drafter returned too few Open results");
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<DraftReply>> LaneRpc::Draft(const std::vector<DraftItem>& items) {
+  payloads_.clear();
+  v1::DraftRequest req;
+  for (const DraftItem& it : items) {
+    v1::DraftSequence* d = req.add_sequences();
+    d->set_sequence_id(it.id);
+    d->set_step(it.step);
+    d->mutable_new_tokens()->Assign(it.new_tokens.begin(), it.new_tokens.end());
+    d->set_tree(it.shape);
+    d->set_temperature(it.temperature);
+    d->set_seed(it.seed);
+  }
+  const Clock::time_point t0 = Clock::now();
+  absl::StatusOr<v1::DraftResponse> resp = drafter_->client->Draft(req, options_.draft_timeout);
+  timing_.draft_ns += Ns(Clock::now() - t0);
+  Note(drafter_->health, resp);
+  if (!resp.ok()) return resp.status();
+  timing_.drafter_reported_ns += resp->draft_ns();
+  std::vector<DraftReply> out(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    DraftReply& r = out[i];
+    if (static_cast<int>(i) >= resp->results_size() ||
+        resp->results(static_cast<int>(i)).sequence_id() != items[i].id) {
+      r.status = absl::InternalError("drafter answered out of order");
+      continue;
+    }
+    v1::DraftResult* dr = resp->mutable_results(static_cast<int>(i));
+    r.status = FromProto(dr->status());
+    if (!r.status.ok()) continue;
+    r.tree_status = ValidateDraftedTree(dr->tree(), options_.vocab_size, options_.max_tree_nodes);
+    r.num_nodes = dr->tree().tokens_size();
+    r.root = r.num_nodes > 0 ? dr->tree().tokens(0) : -1;
+    if (r.tree_status.ok()) payloads_[items[i].id].Swap(dr->mutable_tree());
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<VerifyReply>> LaneRpc::Verify(const std::vector<VerifyItem>& items) {
+  v1::VerifyRequest req;
+  for (const VerifyItem& it : items) {
+    v1::SequenceStep* st = req.add_steps();
+    st->set_sequence_id(it.id);
+    st->set_step(it.step);
+    auto p = payloads_.find(it.id);
+    if (it.drafted && p != payloads_.end()) {
+      st->mutable_tree()->Swap(&p->second);
+    } else {
+      st->mutable_tree()->add_tokens(it.root);
+      st->mutable_tree()->add_parents(-1);
+    }
+    if (it.mode.has_value()) st->set_mode(ToProto(*it.mode));
+  }
+  payloads_.clear();
+  const Clock::time_point t0 = Clock::now();
+  absl::StatusOr<v1::VerifyResponse> resp = worker_->client->Verify(req, options_.verify_timeout);
+  timing_.verify_ns += Ns(Clock::now() - t0);
+  Note(worker_->health, resp);
+  if (!resp.ok()) return resp.status();
+  timing_.worker_forward_ns += resp->forward_ns();
+  std::vector<VerifyReply> out(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (static_cast<int>(i) >= resp->results_size() ||
+        resp->results(static_cast<int>(i)).sequence_id() != items[i].id) {
+      out[i].status = absl::InternalError("worker answered out of order");
+      continue;
+    }
+    const v1::StepResult& r = resp->results(static_cast<int>(i));
+    out[i].status = FromProto(r.status());
+    out[i].tokens.assign(r.tokens().begin(), r.tokens().end());
+    out[i].num_accepted = r.num_accepted();
+  }
+  return out;
+}
+
+absl::Status LaneRpc::ReleaseWorker(const std::vector<uint64_t>& ids) {
+  v1::ReleaseRequest req;
+  req.mutable_sequence_ids()->Assign(ids.begin(), ids.end());
+  return worker_->client->Release(req, options_.release_timeout);
+}
+
+absl::Status LaneRpc::ReleaseDrafter(const std::vector<uint64_t>& ids) {
+  v1::ReleaseDraftsRequest req;
+  req.mutable_sequence_ids()->Assign(ids.begin(), ids.end());
+  return drafter_->client->Release(req, options_.release_timeout);
+}
+
+LaneRpc::Timing LaneRpc::TakeTiming() { return std::exchange(timing_, Timing{}); }
+
+}  // namespace treespec

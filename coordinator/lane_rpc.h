@@ -1,0 +1,75 @@
+// LaneRpc: the client layer between a lane's step machine (step_machine.h)
+// and its worker and drafter. It turns the machine's plans into the batched
+// treespec.v1 requests and the responses into the machine's replies, keeps
+// endpoint health, and moves each drafted tree from the DraftResponse into
+// the VerifyRequest as an opaque payload: never decoded into a TokenTree and
+// re-encoded. The machine sees only a tree's node count, root token and
+// validity (ValidateDraftedTree: vocabulary, size, parents).
+//
+// A response that does not answer every item in order (count or ids) is
+// turned into per-item errors here, so the machine can index replies by item.
+//
+// Thread-safety: Draft and Verify (the payload store) are called by the lane
+// thread only; the Open and Release calls are safe from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "coordinator/endpoints.h"
+#include "coordinator/step_machine.h"
+#include "treespec/v1/common.pb.h"
+
+namespace treespec {
+
+struct LaneRpcOptions {
+  std::chrono::milliseconds open_timeout{120000};
+  std::chrono::milliseconds verify_timeout{60000};
+  std::chrono::milliseconds draft_timeout{5000};
+  std::chrono::milliseconds release_timeout{5000};
+  int64_t vocab_size = 0;      // 0: token ids are not checked against a vocabulary
+  int64_t max_tree_nodes = 0;  // 0: no limit
+};
+
+// OK, or INVALID_ARGUMENT naming the field and value of the first defect:
+// tokens/parents sizes, node count, token ids outside [0, vocab_size),
+// parents[0] != -1, parents[i] not in [0, i), more draft distributions than
+// nodes, a draft distribution with mismatched sizes, tokens outside the
+// vocabulary or probabilities outside [0, 1].
+absl::Status ValidateDraftedTree(const v1::TokenTree& tree, int64_t vocab_size,
+                                 int64_t max_tree_nodes);
+
+class LaneRpc {
+ public:
+  // `drafter` may be null (no drafter).
+  LaneRpc(WorkerEndpoint* worker, DrafterEndpoint* drafter, LaneRpcOptions options);
+
+  absl::StatusOr<std::vector<WorkerOpenReply>> OpenWorker(const std::vector<WorkerOpenItem>& items);
+  // Releases the items marked release_first, then opens all.
+  absl::StatusOr<std::vector<absl::Status>> OpenDrafter(const std::vector<DrafterOpenItem>& items);
+  absl::StatusOr<std::vector<DraftReply>> Draft(const std::vector<DraftItem>& items);
+  // Verifies the drafted payload of every item marked `drafted` (taken from
+  // the last Draft), a root-only tree otherwise.
+  absl::StatusOr<std::vector<VerifyReply>> Verify(const std::vector<VerifyItem>& items);
+  absl::Status ReleaseWorker(const std::vector<uint64_t>& ids);
+  absl::Status ReleaseDrafter(const std::vector<uint64_t>& ids);
+
+  // Wall time of the last Draft / Verify call, and what the servers reported.
+  struct Timing {
+    int64_t draft_ns = 0, verify_ns = 0, worker_forward_ns = 0, drafter_reported_ns = 0;
+  };
+  Timing TakeTiming();
+
+ private:
+  WorkerEndpoint* const worker_;
+  DrafterEndpoint* const drafter_;
+  const LaneRpcOptions options_;
+  std::map<uint64_t, v1::TokenTree> payloads_;  // drafted trees awaiting Verify
+  Timing timing_;
+};
+
+}  // namespace treespec

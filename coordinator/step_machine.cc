@@ -1,0 +1,375 @@
+#include "coordinator/step_machine.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace treespec {
+namespace {
+
+// The shape truncated so a step never drafts past the token budget: a step
+// emits at most depth + 1 tokens.
+std::optional<TreeShape> CapShape(const TreeShape& shape, int64_t remaining) {
+  const int64_t depth = std::min<int64_t>(shape.Depth(), remaining - 1);
+  if (depth <= 0) return std::nullopt;
+  if (depth == shape.Depth()) return shape;
+  std::vector<int32_t> f(shape.fanouts().begin(), shape.fanouts().begin() + depth);
+  absl::StatusOr<TreeShape> s = TreeShape::FromFanouts(f);
+  if (!s.ok()) return std::nullopt;
+  return *s;
+}
+
+}  // namespace
+
+struct StepMachine::Seq {
+  enum class Worker { kOpening, kLive, kFailed };
+  enum class Drafter { kNone, kClosed, kOpening, kOpen, kStale };
+
+  std::shared_ptr<RequestState> req;
+  uint64_t id = 0;
+  Worker worker = Worker::kOpening;
+  bool worker_owned = false;  // the worker may hold state under `id`
+  std::vector<int32_t> tokens;  // prompt + committed completion (last = pending)
+  uint64_t worker_step = 1;
+  // Drafter side.
+  Drafter drafter = Drafter::kNone;
+  bool drafter_owned = false;
+  // The Open sent at admission has not returned: the sequence does not step
+  // yet, so that its trees (and a seeded sample) never depend on timing.
+  bool drafter_first_open = false;
+  size_t drafter_consumed = 0;  // tokens the drafter's state has seen
+  size_t drafter_open_len = 0;  // prompt length of the Open in flight
+  uint64_t drafter_step = 1;
+  Clock::time_point drafter_retry_at;
+  std::optional<UcbBandit> bandit;
+  // The step in flight and the totals.
+  StepRecord rec;
+  SpecTotals totals;
+  std::unique_ptr<SeqOutput> out;
+  SeqOutput::Times times;
+  bool done = false;
+  SeqTelemetry tel;
+};
+
+StepMachine::StepMachine(StepMachineOptions options) : options_(std::move(options)) {}
+StepMachine::~StepMachine() = default;
+
+bool StepMachine::Stepping(const Seq& s) {
+  return !s.done && s.worker == Seq::Worker::kLive && !s.drafter_first_open;
+}
+
+StepMachine::Seq* StepMachine::Find(uint64_t id) {
+  for (auto& s : seqs_) {
+    if (s->id == id) return s.get();
+  }
+  return nullptr;
+}
+
+void StepMachine::Finish(Seq* s, absl::Status status) {
+  if (s->done) return;
+  s->done = true;
+  s->tel.Finish(status);
+  s->req->Finish(std::move(status));
+  if (options_.on_finish) options_.on_finish();
+}
+
+StepMachine::Admission StepMachine::Admit(std::vector<std::shared_ptr<RequestState>> arrivals,
+                                          Clock::time_point now, bool drafter_may_try) {
+  Admission a;
+  for (auto& req : arrivals) {
+    absl::Status gone;
+    if (req->cancelled()) {
+      gone = absl::CancelledError("request cancelled while queued");
+    } else if (req->deadline() && now > *req->deadline()) {
+      gone = absl::DeadlineExceededError("deadline passed while queued");
+    }
+    if (!gone.ok()) {
+      req->Finish(std::move(gone));
+      if (options_.on_finish) options_.on_finish();
+      continue;
+    }
+    auto s = std::make_unique<Seq>();
+    s->req = req;
+    s->id = options_.next_sequence_id();
+    s->times.admitted = now;
+    s->tel.Admit(options_.telemetry, *req, now);
+    s->out = std::make_unique<SeqOutput>(req, options_.tokenizer);
+    const GenerationRequest& g = req->request();
+    if (g.auto_tree && !options_.bandit_shapes.empty()) {
+      absl::StatusOr<UcbBandit> b = UcbBandit::Create(options_.bandit_shapes, options_.bandit);
+      if (b.ok()) s->bandit = std::move(*b);
+    }
+    a.worker.push_back({s->id, g.prompt, g.sampling, g.seed,
+                        static_cast<int32_t>(g.prompt.size()) + g.max_tokens});
+    a.worker_tel.push_back(s->tel);
+    if (options_.has_drafter && g.drafter != "none") {
+      s->drafter = Seq::Drafter::kClosed;
+      if (drafter_may_try) {
+        s->drafter = Seq::Drafter::kOpening;
+        s->drafter_first_open = true;
+        s->drafter_open_len = g.prompt.size();
+        a.drafter.push_back({s->id, g.prompt, false});
+        a.drafter_tel.push_back(s->tel);
+      }
+    }
+    seqs_.push_back(std::move(s));
+  }
+  return a;
+}
+
+void StepMachine::OnWorkerOpened(const std::vector<uint64_t>& ids,
+                                 const absl::StatusOr<std::vector<WorkerOpenReply>>& replies,
+                                 Clock::time_point now) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    Seq* s = Find(ids[i]);
+    if (s == nullptr) continue;
+    if (!replies.ok()) {
+      // Unknown outcome: the worker may have opened it; the id is ours.
+      s->worker = Seq::Worker::kFailed;
+      s->worker_owned = true;
+      Finish(s, absl::UnavailableError(absl::StrCat("worker ", options_.worker_name,
+                                                    " failed: ", replies.status().message())));
+      continue;
+    }
+    const WorkerOpenReply& r = (*replies)[i];
+    if (!r.status.ok()) {
+      s->worker = Seq::Worker::kFailed;  // not opened: nothing of ours to release
+      Finish(s, r.status);
+      continue;
+    }
+    s->worker = Seq::Worker::kLive;
+    s->worker_owned = true;
+    if (s->done) continue;  // cancelled while opening: Reap releases it
+    s->tokens = s->req->request().prompt;
+    s->tokens.push_back(r.first_token);
+    s->times.first_token = now;
+    s->times.last_token = now;
+    const FinishReason f = s->out->Emit({r.first_token});
+    if (f != FinishReason::kNone) {
+      s->out->Final(f, s->totals, s->times);
+      Finish(s, absl::OkStatus());
+    }
+  }
+}
+
+std::vector<DrafterOpenItem> StepMachine::PlanDrafterOpens(Clock::time_point now) {
+  std::vector<DrafterOpenItem> items;
+  for (auto& s : seqs_) {
+    if (s->done || s->worker != Seq::Worker::kLive) continue;
+    if (s->drafter != Seq::Drafter::kClosed && s->drafter != Seq::Drafter::kStale) continue;
+    if (now < s->drafter_retry_at) continue;
+    const bool stale = s->drafter == Seq::Drafter::kStale;
+    s->drafter = Seq::Drafter::kOpening;
+    s->drafter_open_len = s->tokens.size() - 1;
+    items.push_back({s->id, std::vector<int32_t>(s->tokens.begin(), s->tokens.end() - 1), stale});
+  }
+  return items;
+}
+
+void StepMachine::OnDrafterOpened(const std::vector<uint64_t>& ids,
+                                  const absl::StatusOr<std::vector<absl::Status>>& replies,
+                                  Clock::time_point now) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    Seq* s = Find(ids[i]);
+    if (s == nullptr || s->drafter != Seq::Drafter::kOpening) continue;
+    s->drafter_first_open = false;
+    if (!replies.ok()) {
+      s->drafter = Seq::Drafter::kStale;  // unknown outcome; the id is ours
+      s->drafter_owned = true;
+      continue;
+    }
+    if (!(*replies)[i].ok()) {
+      s->drafter = Seq::Drafter::kClosed;  // not opened under our id
+      s->drafter_retry_at = now + options_.drafter_retry;
+      continue;
+    }
+    s->drafter = Seq::Drafter::kOpen;
+    s->drafter_owned = true;
+    s->drafter_consumed = s->drafter_open_len;
+    s->drafter_step = 1;
+  }
+}
+
+std::optional<TreeShape> StepMachine::ChooseShape(Seq* s) {
+  const GenerationRequest& g = s->req->request();
+  if (s->bandit.has_value()) {
+    s->rec.arm = s->bandit->Select();
+    return s->bandit->arm(s->rec.arm);
+  }
+  return g.tree;
+}
+
+std::vector<DraftItem> StepMachine::PlanDrafts() {
+  std::vector<DraftItem> items;
+  drafting_.clear();
+  for (auto& s : seqs_) {
+    if (!Stepping(*s)) continue;
+    s->rec = StepRecord{};
+    s->rec.step = s->worker_step;
+    const GenerationRequest& g = s->req->request();
+    if (s->drafter == Seq::Drafter::kNone) continue;
+    if (s->drafter != Seq::Drafter::kOpen) {
+      s->rec.draft = DraftVerdict::kDrafterUnavailable;
+      continue;
+    }
+    const std::optional<TreeShape> chosen = ChooseShape(s.get());
+    if (!chosen.has_value()) continue;
+    // Stats and metrics name the chosen shape; the draft may be cut short.
+    s->rec.tree = chosen->ToString();
+    const std::optional<TreeShape> shape = CapShape(*chosen, g.max_tokens - s->out->counted());
+    if (!shape.has_value()) {
+      s->rec.draft = DraftVerdict::kBudget;
+      continue;
+    }
+    DraftItem d;
+    d.id = s->id;
+    d.step = s->drafter_step;
+    d.new_tokens.assign(s->tokens.begin() + s->drafter_consumed, s->tokens.end());
+    d.shape = shape->ToString();
+    d.temperature = g.sampling.temperature;
+    d.seed = g.seed;
+    items.push_back(std::move(d));
+    drafting_.push_back(s->id);
+  }
+  return items;
+}
+
+void StepMachine::ApplyDrafts(const absl::StatusOr<std::vector<DraftReply>>& replies) {
+  for (size_t i = 0; i < drafting_.size(); ++i) {
+    Seq* s = Find(drafting_[i]);
+    if (s == nullptr || s->done) continue;
+    if (!replies.ok() || i >= replies->size()) {
+      s->rec.draft = DraftVerdict::kRpcFailed;
+      s->drafter = Seq::Drafter::kStale;
+      continue;
+    }
+    const DraftReply& r = (*replies)[i];
+    if (!r.status.ok()) {
+      s->rec.draft = DraftVerdict::kSequenceError;
+      s->drafter = Seq::Drafter::kStale;
+      continue;
+    }
+    // The drafter advanced over the new tokens whatever the tree looks like.
+    s->drafter_step += 1;
+    s->drafter_consumed = s->tokens.size();
+    if (!r.tree_status.ok()) {
+      s->rec.draft = DraftVerdict::kInvalidTree;
+    } else if (r.num_nodes < 1 || r.root != s->tokens.back()) {
+      s->rec.draft = DraftVerdict::kRootMismatch;
+    } else {
+      s->rec.draft = DraftVerdict::kDrafted;
+      s->rec.nodes = r.num_nodes;
+      s->tel.OnDraft(s->rec.tree, r.num_nodes);
+    }
+  }
+  drafting_.clear();
+}
+
+std::vector<VerifyItem> StepMachine::PlanVerify() {
+  std::vector<VerifyItem> items;
+  verifying_.clear();
+  for (auto& s : seqs_) {
+    if (!Stepping(*s)) continue;
+    const bool drafted = s->rec.draft == DraftVerdict::kDrafted;
+    if (!drafted) s->rec.nodes = 1;
+    if (IsFallback(s->rec.draft)) s->tel.OnFallback(FallbackReason(s->rec.draft));
+    if (IsDrafterError(s->rec.draft)) s->tel.OnDrafterError(FallbackReason(s->rec.draft));
+    items.push_back({s->id, s->worker_step, s->tokens.back(), drafted,
+                     s->req->request().mode, &s->tel});
+    verifying_.push_back(s->id);
+  }
+  return items;
+}
+
+void StepMachine::ApplyVerify(const absl::StatusOr<std::vector<VerifyReply>>& replies) {
+  for (size_t i = 0; i < verifying_.size(); ++i) {
+    Seq* s = Find(verifying_[i]);
+    if (s == nullptr || s->done) continue;
+    if (!replies.ok()) {
+      Finish(s, absl::UnavailableError(absl::StrCat("worker ", options_.worker_name,
+                                                    " failed: ", replies.status().message())));
+      continue;
+    }
+    if (i >= replies->size()) {
+      Finish(s, absl::InternalError("worker answered out of order"));
+      continue;
+    }
+    const VerifyReply& r = (*replies)[i];
+    if (!r.status.ok()) {
+      Finish(s, r.status);
+    } else if (r.tokens.empty()) {
+      Finish(s, absl::InternalError("worker committed no token"));
+    } else {
+      Commit(s, r);
+    }
+  }
+  verifying_.clear();
+}
+
+void StepMachine::Commit(Seq* s, const VerifyReply& r) {
+  StepRecord& rec = s->rec;
+  s->worker_step += 1;
+  rec.committed = static_cast<int32_t>(r.tokens.size());
+  const bool drafted = rec.draft == DraftVerdict::kDrafted;
+  if (drafted) {
+    rec.accepted = r.num_accepted;
+    if (s->bandit.has_value() && rec.arm >= 0) s->bandit->Update(rec.arm, r.num_accepted + 1);
+  }
+  s->totals.Add(rec);
+  s->tel.OnVerify(rec.nodes, drafted ? r.num_accepted : 0, drafted ? rec.tree : std::string());
+  s->tokens.insert(s->tokens.end(), r.tokens.begin(), r.tokens.end());
+  s->times.last_token = Clock::now();
+  const FinishReason f = s->out->Emit(r.tokens);
+  if (f == FinishReason::kNone) return;
+  s->out->Final(f, s->totals, s->times);
+  Finish(s, absl::OkStatus());
+}
+
+std::vector<SeqTelemetry*> StepMachine::Telemetry(const std::vector<uint64_t>& ids) {
+  std::vector<SeqTelemetry*> out;
+  for (uint64_t id : ids) {
+    if (Seq* s = Find(id)) out.push_back(&s->tel);
+  }
+  return out;
+}
+
+StepMachine::Released StepMachine::Reap(Clock::time_point now) {
+  Released rel;
+  std::vector<std::unique_ptr<Seq>> keep;
+  for (auto& s : seqs_) {
+    if (!s->done) {
+      if (s->req->cancelled()) {
+        Finish(s.get(), absl::CancelledError("request cancelled"));
+      } else if (s->req->deadline() && now > *s->req->deadline()) {
+        Finish(s.get(), absl::DeadlineExceededError("request deadline exceeded"));
+      }
+    }
+    // Ended, but an Open is still in flight: wait for it to learn what we own.
+    if (!s->done || s->worker == Seq::Worker::kOpening || s->drafter == Seq::Drafter::kOpening) {
+      keep.push_back(std::move(s));
+      continue;
+    }
+    if (s->worker_owned) rel.worker.push_back(s->id);
+    if (s->drafter_owned) rel.drafter.push_back(s->id);
+  }
+  seqs_ = std::move(keep);
+  return rel;
+}
+
+void StepMachine::FinishAll(const absl::Status& status) {
+  for (auto& s : seqs_) Finish(s.get(), status);
+}
+
+int64_t StepMachine::num_live() const {
+  int64_t n = 0;
+  for (const auto& s : seqs_) n += Stepping(*s);
+  return n;
+}
+
+int64_t StepMachine::num_opening() const {
+  int64_t n = 0;
+  for (const auto& s : seqs_) n += !s->done && !Stepping(*s);
+  return n;
+}
+
+}  // namespace treespec

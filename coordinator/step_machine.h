@@ -1,0 +1,180 @@
+// StepMachine: the speculative step loop of one lane as a state machine that
+// speaks no RPC protos. The lane (lane.h) drives it and moves its plans over
+// the wire through LaneRpc (lane_rpc.h):
+//
+//   Admit        → open items for the worker and the drafter (sent in parallel,
+//                  off the step thread); OnWorkerOpened / OnDrafterOpened
+//                  report back. A sequence streams its first token when its
+//                  worker Open returns and joins the steps once its drafter
+//                  Open has returned too (whatever the outcome), so its trees —
+//                  and a seeded sample — never depend on which Open was faster.
+//   PlanDrafts   → one draft item per sequence that gets a tree this step
+//   ApplyDrafts  ← per item: status, node count, root token, validity
+//   PlanVerify   → one verify item per live sequence (drafted or root-only)
+//   ApplyVerify  ← per item: status, committed tokens, accepted count;
+//                  streams tokens, applies stops, updates the bandit
+//   Reap         → the ids to release on the worker and on the drafter
+//
+// Each step fills one StepRecord per sequence (step_record.h) that feeds the
+// request's SpeculationStats, the metrics and the spans.
+//
+// Ownership of remote state (so a failed Open never releases a sequence the
+// caller does not own): a sequence is released on the worker iff its worker
+// Open succeeded or its outcome is unknown (the RPC failed as a whole); a
+// per-sequence Open error means the worker holds nothing of ours under that
+// id. The same holds for the drafter.
+//
+// Failures: drafter failures fall back to root-only steps and the drafter is
+// re-opened later (PlanDrafterOpens); a worker failure ends the sequences of
+// the batch with UNAVAILABLE naming the worker.
+//
+// Thread-compatible: one thread (the lane's) calls everything.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/spec/bandit.h"
+#include "core/spec/sampling.h"
+#include "core/spec/tree_shape.h"
+#include "core/spec/verify.h"
+#include "core/tokenizer/tokenizer.h"
+#include "coordinator/lane_telemetry.h"
+#include "coordinator/request.h"
+#include "coordinator/seq_output.h"
+#include "coordinator/step_record.h"
+
+namespace treespec {
+
+struct StepMachineOptions {
+  std::vector<TreeShape> bandit_shapes;  // arms for speculation.tree = "auto"
+  BanditOptions bandit;
+  const Tokenizer* tokenizer = nullptr;         // text deltas; null: ids only
+  CoordinatorTelemetry* telemetry = nullptr;    // null: no metrics or traces
+  std::string worker_name = "worker";           // in UNAVAILABLE messages
+  std::function<uint64_t()> next_sequence_id;   // required; unique across replicas
+  std::function<void()> on_finish;              // once per request that ends; may be null
+  bool has_drafter = true;                      // false: every sequence decodes plainly
+  // After a drafter Open fails for a sequence, wait this long before retrying.
+  std::chrono::milliseconds drafter_retry{500};
+};
+
+struct WorkerOpenItem {
+  uint64_t id = 0;
+  std::vector<int32_t> prompt;
+  SamplingParams sampling;
+  uint64_t seed = 0;
+  int32_t max_total_tokens = 0;
+};
+struct WorkerOpenReply {
+  absl::Status status;  // this sequence's result
+  int32_t first_token = -1;
+};
+struct DrafterOpenItem {
+  uint64_t id = 0;
+  std::vector<int32_t> prompt;  // tokens the drafter consumes
+  bool release_first = false;   // stale state may exist under this id
+};
+struct DraftItem {
+  uint64_t id = 0;
+  uint64_t step = 0;
+  std::vector<int32_t> new_tokens;  // committed since the last draft; last = root
+  std::string shape;  // TreeShape::ToString(), possibly cut to the token budget
+  float temperature = 0;
+  uint64_t seed = 0;
+};
+// What the step machine needs of a drafted tree; the tree itself stays with
+// the client layer (lane_rpc.h) and goes to the worker untouched.
+struct DraftReply {
+  absl::Status status;       // the drafter's status for this sequence
+  absl::Status tree_status;  // whether the tree is well-formed (checked by the client layer)
+  int64_t num_nodes = 0;
+  int32_t root = -1;
+};
+struct VerifyItem {
+  uint64_t id = 0;
+  uint64_t step = 0;
+  int32_t root = -1;     // the sequence's last token
+  bool drafted = false;  // verify the drafter's tree; else a root-only tree
+  std::optional<VerifyMode> mode;
+  SeqTelemetry* tel = nullptr;
+};
+struct VerifyReply {
+  absl::Status status;
+  std::vector<int32_t> tokens;  // committed: accepted drafts then the bonus
+  int32_t num_accepted = 0;
+};
+
+class StepMachine {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  explicit StepMachine(StepMachineOptions options);
+  ~StepMachine();
+
+  // ---- admission
+  struct Admission {
+    std::vector<WorkerOpenItem> worker;
+    std::vector<DrafterOpenItem> drafter;
+    std::vector<SeqTelemetry> worker_tel, drafter_tel;  // copies for the open RPCs' spans
+  };
+  // Requests cancelled or past their deadline end here; the others get ids
+  // and open items. `drafter_may_try`: open on the drafter now too.
+  Admission Admit(std::vector<std::shared_ptr<RequestState>> arrivals, Clock::time_point now,
+                  bool drafter_may_try);
+  // The worker Open of `ids` returned: `replies` has one entry per id, or the
+  // RPC failed as a whole.
+  void OnWorkerOpened(const std::vector<uint64_t>& ids,
+                      const absl::StatusOr<std::vector<WorkerOpenReply>>& replies,
+                      Clock::time_point now);
+  // Live sequences without drafter state that should (re)open on the drafter.
+  std::vector<DrafterOpenItem> PlanDrafterOpens(Clock::time_point now);
+  void OnDrafterOpened(const std::vector<uint64_t>& ids,
+                       const absl::StatusOr<std::vector<absl::Status>>& replies,
+                       Clock::time_point now);
+
+  // ---- one step
+  std::vector<DraftItem> PlanDrafts();
+  // `replies`: one per planned item, or the RPC's failure.
+  void ApplyDrafts(const absl::StatusOr<std::vector<DraftReply>>& replies);
+  std::vector<VerifyItem> PlanVerify();
+  void ApplyVerify(const absl::StatusOr<std::vector<VerifyReply>>& replies);
+  // Telemetry of the planned items' sequences (for BatchRpcTrace).
+  std::vector<SeqTelemetry*> Telemetry(const std::vector<uint64_t>& ids);
+
+  // ---- clean-up
+  struct Released {
+    std::vector<uint64_t> worker, drafter;
+  };
+  // Ends cancelled and expired sequences, drops ended ones whose opens have
+  // returned, and says which ids to release where.
+  Released Reap(Clock::time_point now);
+  // Ends every sequence (shutdown, with `status`).
+  void FinishAll(const absl::Status& status);
+
+  int64_t num_live() const;     // stepping
+  int64_t num_opening() const;  // not ended and not stepping yet: an Open in flight
+  int64_t size() const { return static_cast<int64_t>(seqs_.size()); }
+
+ private:
+  struct Seq;
+  static bool Stepping(const Seq& s);
+  Seq* Find(uint64_t id);
+  void Finish(Seq* s, absl::Status status);
+  void Commit(Seq* s, const VerifyReply& r);
+  std::optional<TreeShape> ChooseShape(Seq* s);
+
+  const StepMachineOptions options_;
+  std::vector<std::unique_ptr<Seq>> seqs_;      // in admission order
+  std::vector<uint64_t> drafting_, verifying_;     // the items of the step in flight
+};
+
+}  // namespace treespec

@@ -1,0 +1,62 @@
+// StepRecord: what happened to one sequence in one speculative step, the single
+// record that feeds the request's SpeculationStats (SpecTotals), the lane's
+// metrics and the step spans (lane_telemetry.h). The step machine
+// (step_machine.h) fills one per live sequence per step: the draft outcome
+// when it applies the draft replies, the verified size and accepted count when
+// it applies the verify replies.
+//
+// Plain values; thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace treespec {
+
+// Why a step verified the tree it did.
+enum class DraftVerdict {
+  kNotAsked,            // the request decodes plainly (drafter "none" or no shape)
+  kBudget,              // the token budget leaves no room for a draft
+  kDrafterUnavailable,  // the sequence has no drafter state (opening, failed, reopening)
+  kRpcFailed,           // the batched Draft RPC failed
+  kSequenceError,       // the drafter answered this sequence with an error
+  kInvalidTree,         // the drafter's tree is malformed (vocabulary, size, parents)
+  kRootMismatch,        // the tree is not rooted at the sequence's last token
+  kDrafted,             // a tree was verified
+};
+
+// "", "budget", "drafter_unavailable", "draft_rpc_failed", "draft_error",
+// "invalid_tree", "root_mismatch", "" — the fallback reason in metrics/spans.
+const char* FallbackReason(DraftVerdict outcome);
+// Whether the outcome is a fallback: a drafter was asked for and would have
+// been used, but the step ran without a tree.
+bool IsFallback(DraftVerdict outcome);
+// Whether the outcome is the drafter's fault (counted as a drafter error).
+bool IsDrafterError(DraftVerdict outcome);
+
+struct StepRecord {
+  uint64_t step = 0;                   // the sequence's worker step (1-based)
+  std::string tree;                    // chosen shape; "" when none was chosen
+  int arm = -1;                        // bandit arm of `tree`; -1 for a fixed shape
+  DraftVerdict draft = DraftVerdict::kNotAsked;
+  int64_t nodes = 1;                   // verified tree nodes, root included (1: plain)
+  int32_t accepted = 0;                // drafted tokens the target accepted
+  int32_t committed = 0;               // tokens committed (accepted + bonus)
+};
+
+// A request's speculative totals, summed from its StepRecords.
+struct SpecTotals {
+  int32_t steps = 0;
+  int32_t drafted = 0;   // tree nodes below the root, over drafted steps
+  int32_t accepted = 0;
+  int32_t fallback_steps = 0;
+  int32_t drafter_errors = 0;
+  std::string last_tree = "none";  // shape of the last drafted step
+
+  void Add(const StepRecord& r);
+  double mean_accepted_length() const {
+    return steps > 0 ? static_cast<double>(accepted + steps) / steps : 0.0;
+  }
+};
+
+}  // namespace treespec

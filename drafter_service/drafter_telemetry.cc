@@ -1,0 +1,40 @@
+#include "drafter_service/drafter_telemetry.h"
+
+#include <utility>
+#include <vector>
+
+namespace treespec {
+
+void RegisterDrafterTelemetry(v1::Drafter::Service* service, ServiceObservability* obs) {
+  MetricsRegistry* r = obs->registry();
+  // (ok, info) from the Info handler, called in-process.
+  auto info = [service] {
+    v1::GetDrafterInfoRequest req;
+    v1::DrafterInfoResponse resp;
+    grpc::Status st = service->GetDrafterInfo(nullptr, &req, &resp);
+    return std::make_pair(st.ok(), resp);
+  };
+  r->AddGaugeCallback("treespec_drafter_sequences", "Live sequences on the drafter", {}, [info] {
+    auto [ok, i] = info();
+    if (!ok) return std::vector<GaugeSample>{};
+    return std::vector<GaugeSample>{{{}, double(i.num_sequences())}};
+  });
+  r->AddGaugeCallback("treespec_drafter_state_slots", "Drafter state slots by state (used, free)",
+                      {"state"}, [info] {
+                        auto [ok, i] = info();
+                        if (!ok) return std::vector<GaugeSample>{};
+                        return std::vector<GaugeSample>{
+                            {{"used"}, double(i.slots_total() - i.slots_free())},
+                            {{"free"}, double(i.slots_free())}};
+                      });
+  HistogramFamily* step = r->AddHistogram(
+      "treespec_drafter_step_seconds",
+      "Drafter step time: one batched Draft (tree construction) or Open (prompt) call",
+      StepBuckets(), {"phase"});
+  obs->TimeMethod("/treespec.v1.Drafter/Draft", step->WithLabels({"draft"}));
+  obs->TimeMethod("/treespec.v1.Drafter/Open", step->WithLabels({"prefill"}));
+  obs->Untraced("/treespec.v1.Drafter/GetDrafterInfo");
+  obs->Untraced("/treespec.v1.Drafter/Release");
+}
+
+}  // namespace treespec

@@ -1,0 +1,20 @@
+# cmake -DROOT=<source dir> -P core_includes_check.cmake
+# Fails when a file under core/ includes a header from kernels/ (kernels
+# implement core's interfaces; core must build without them).
+file(GLOB_RECURSE files ${ROOT}/core/*.h ${ROOT}/core/*.cc ${ROOT}/core/*.cuh ${ROOT}/core/*.cu)
+set(bad "")
+foreach(f ${files})
+  file(STRINGS ${f} lines REGEX "^[ \t]*#[ \t]*include[ \t]*[\"<]kernels/")
+  foreach(line ${lines})
+    file(RELATIVE_PATH rel ${ROOT} ${f})
+    string(APPEND bad "\n  ${rel}: ${line}")
+  endforeach()
+endforeach()
+list(LENGTH files n)
+if(n EQUAL 0)
+  message(FATAL_ERROR "no files under ${ROOT}/core")
+endif()
+if(bad)
+  message(FATAL_ERROR "core/ must not include kernels/ headers:${bad}")
+endif()
+message(STATUS "${n} files under core/, none includes kernels/")

@@ -1,0 +1,248 @@
+// The proto-free step machine (coordinator/step_machine.h) driven by hand:
+// what it plans, how it applies replies, what it owns and releases. Also the
+// client layer's check of drafted trees (lane_rpc.h) and the release retry
+// queue (release_queue.h).
+#include "coordinator/step_machine.h"
+
+#include <cmath>
+
+#include "coordinator/lane_rpc.h"
+#include "coordinator/release_queue.h"
+#include "gtest/gtest.h"
+
+namespace treespec {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class StepMachineTest : public ::testing::Test {
+ protected:
+  StepMachineTest() {
+    StepMachineOptions o;
+    o.next_sequence_id = [this] { return next_id_++; };
+    o.on_finish = [this] { finished_ += 1; };
+    o.worker_name = "w0";
+    machine_ = std::make_unique<StepMachine>(o);
+  }
+  std::shared_ptr<RequestState> Req(std::vector<int32_t> prompt, int max_tokens,
+                                    std::string tree = "chain:2") {
+    GenerationRequest g;
+    g.prompt = std::move(prompt);
+    g.max_tokens = max_tokens;
+    g.drafter = tree.empty() ? "none" : "d";
+    if (!tree.empty()) g.tree = *TreeShape::Parse(tree);
+    auto r = std::make_shared<RequestState>(g, Clock::now(), std::nullopt);
+    reqs_.push_back(r);
+    return r;
+  }
+  static absl::Status Popped(RequestState* r, std::vector<int32_t>* ids) {
+    v1::GenerateResponse c;
+    bool done = false;
+    absl::Status st = absl::UnknownError("not finished");
+    while (r->Pop(absl::ZeroDuration(), &c, &done, &st)) {
+      ids->insert(ids->end(), c.token_ids().begin(), c.token_ids().end());
+    }
+    return done ? st : absl::UnknownError("not finished");
+  }
+
+  uint64_t next_id_ = 10;
+  int finished_ = 0;
+  std::vector<std::shared_ptr<RequestState>> reqs_;
+  std::unique_ptr<StepMachine> machine_;
+};
+
+TEST_F(StepMachineTest, SequenceStepsOnceBothOpensReturned) {
+  auto r = Req({1, 2, 3}, 20);
+  StepMachine::Admission a = machine_->Admit({r}, Clock::now(), /*drafter_may_try=*/true);
+  ASSERT_EQ(a.worker.size(), 1u);
+  ASSERT_EQ(a.drafter.size(), 1u) << "worker and drafter open together";
+  EXPECT_EQ(a.drafter[0].prompt, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(machine_->num_opening(), 1);
+  EXPECT_TRUE(machine_->PlanVerify().empty()) << "not stepping before its worker Open";
+  machine_->OnWorkerOpened({10}, std::vector<WorkerOpenReply>{{absl::OkStatus(), 40}},
+                           Clock::now());
+  std::vector<int32_t> ids;
+  EXPECT_EQ(Popped(r.get(), &ids).code(), absl::StatusCode::kUnknown) << "still running";
+  EXPECT_EQ(ids, std::vector<int32_t>{40}) << "the first token streams at once";
+  // The drafter is still opening: no step yet, so the trees do not depend on
+  // which Open was faster.
+  EXPECT_EQ(machine_->num_live(), 0);
+  EXPECT_TRUE(machine_->PlanDrafts().empty());
+  EXPECT_TRUE(machine_->PlanVerify().empty());
+  machine_->OnDrafterOpened({10}, std::vector<absl::Status>{absl::OkStatus()}, Clock::now());
+  EXPECT_EQ(machine_->num_live(), 1);
+  std::vector<DraftItem> d = machine_->PlanDrafts();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].new_tokens, std::vector<int32_t>{40});
+  EXPECT_EQ(d[0].step, 1u);
+  EXPECT_EQ(d[0].shape, "chain:2");
+  machine_->ApplyDrafts(std::vector<DraftReply>{{absl::OkStatus(), absl::OkStatus(), 3, 40}});
+  std::vector<VerifyItem> v = machine_->PlanVerify();
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_TRUE(v[0].drafted);
+  EXPECT_EQ(v[0].root, 40);
+  EXPECT_EQ(v[0].step, 1u);
+  machine_->ApplyVerify(std::vector<VerifyReply>{{absl::OkStatus(), {41, 42, 43}, 2}});
+  // Next draft: only what the last step committed.
+  d = machine_->PlanDrafts();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].new_tokens, (std::vector<int32_t>{41, 42, 43}));
+  EXPECT_EQ(d[0].step, 2u);
+  // The Draft RPC fails: a plain step, then the drafter is re-opened with
+  // everything but the pending token, and gets the rest with its next draft.
+  machine_->ApplyDrafts(absl::UnavailableError("drafter down"));
+  v = machine_->PlanVerify();
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_FALSE(v[0].drafted);
+  machine_->ApplyVerify(std::vector<VerifyReply>{{absl::OkStatus(), {44}, 0}});
+  std::vector<DrafterOpenItem> reopen = machine_->PlanDrafterOpens(Clock::now());
+  ASSERT_EQ(reopen.size(), 1u);
+  EXPECT_TRUE(reopen[0].release_first) << "state may exist under the id";
+  EXPECT_EQ(reopen[0].prompt, (std::vector<int32_t>{1, 2, 3, 40, 41, 42, 43}));
+  EXPECT_EQ(machine_->num_live(), 1) << "it keeps stepping while the drafter re-opens";
+  EXPECT_TRUE(machine_->PlanDrafts().empty());
+  machine_->ApplyDrafts(std::vector<DraftReply>{});
+  EXPECT_EQ(machine_->PlanVerify().size(), 1u);
+  machine_->ApplyVerify(std::vector<VerifyReply>{{absl::OkStatus(), {45}, 0}});
+  machine_->OnDrafterOpened({10}, std::vector<absl::Status>{absl::OkStatus()}, Clock::now());
+  d = machine_->PlanDrafts();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].new_tokens, (std::vector<int32_t>{44, 45}));
+  EXPECT_EQ(d[0].step, 1u);
+  ids.clear();
+  Popped(r.get(), &ids);
+  EXPECT_EQ(ids, (std::vector<int32_t>{41, 42, 43, 44, 45}));
+}
+
+TEST_F(StepMachineTest, DraftOutcomesAndTheRecordTotals) {
+  auto r = Req({1}, 5);
+  machine_->Admit({r}, Clock::now(), true);
+  machine_->OnWorkerOpened({10}, std::vector<WorkerOpenReply>{{absl::OkStatus(), 2}}, Clock::now());
+  machine_->OnDrafterOpened({10}, std::vector<absl::Status>{absl::OkStatus()}, Clock::now());
+  // A malformed tree: plain step, drafter error, drafter state kept.
+  ASSERT_EQ(machine_->PlanDrafts().size(), 1u);
+  machine_->ApplyDrafts(std::vector<DraftReply>{
+      {absl::OkStatus(), absl::InvalidArgumentError("drafted tree: tokens[1] 99"), 3, 2}});
+  std::vector<VerifyItem> v = machine_->PlanVerify();
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_FALSE(v[0].drafted);
+  machine_->ApplyVerify(std::vector<VerifyReply>{{absl::OkStatus(), {3}, 0}});
+  // A tree rooted elsewhere: plain step, not a drafter error.
+  ASSERT_EQ(machine_->PlanDrafts().size(), 1u);
+  machine_->ApplyDrafts(std::vector<DraftReply>{{absl::OkStatus(), absl::OkStatus(), 3, 7}});
+  EXPECT_FALSE(machine_->PlanVerify()[0].drafted);
+  machine_->ApplyVerify(std::vector<VerifyReply>{{absl::OkStatus(), {4}, 0}});
+  // Two tokens left: chain:2 is cut to chain:1.
+  std::vector<DraftItem> d = machine_->PlanDrafts();
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].shape, "chain:1");
+  machine_->ApplyDrafts(std::vector<DraftReply>{{absl::OkStatus(), absl::OkStatus(), 2, 4}});
+  EXPECT_TRUE(machine_->PlanVerify()[0].drafted);
+  machine_->ApplyVerify(std::vector<VerifyReply>{{absl::OkStatus(), {5, 6}, 1}});
+  std::vector<int32_t> ids;
+  ASSERT_TRUE(Popped(r.get(), &ids).ok());
+  EXPECT_EQ(ids, (std::vector<int32_t>{2, 3, 4, 5, 6}));
+  EXPECT_EQ(finished_, 1);
+}
+
+TEST_F(StepMachineTest, ReleasesOnlyWhatItOwns) {
+  auto a = Req({1}, 5, ""), b = Req({2}, 5, ""), c = Req({3}, 5, "");
+  machine_->Admit({a, b}, Clock::now(), false);
+  machine_->Admit({c}, Clock::now(), false);
+  // a opened, b refused ("already open": someone else's), c's RPC failed
+  // (unknown outcome: the id is ours, so it is released).
+  machine_->OnWorkerOpened(
+      {10, 11},
+      std::vector<WorkerOpenReply>{{absl::OkStatus(), 5},
+                                   {absl::AlreadyExistsError("sequence_id 11 is already open"), 0}},
+      Clock::now());
+  machine_->OnWorkerOpened({12}, absl::UnavailableError("deadline"), Clock::now());
+  a->Cancel();
+  StepMachine::Released rel = machine_->Reap(Clock::now());
+  EXPECT_EQ(rel.worker, (std::vector<uint64_t>{10, 12}));
+  EXPECT_TRUE(rel.drafter.empty());
+  std::vector<int32_t> ids;
+  EXPECT_EQ(Popped(b.get(), &ids).code(), absl::StatusCode::kAlreadyExists);
+  absl::Status st = Popped(c.get(), &ids);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(st.message().find("worker w0"), std::string::npos) << st;
+  EXPECT_EQ(machine_->size(), 0);
+}
+
+TEST_F(StepMachineTest, CancelledWhileOpeningIsKeptUntilTheOpenReturns) {
+  auto r = Req({1}, 5);
+  machine_->Admit({r}, Clock::now(), true);
+  r->Cancel();
+  StepMachine::Released rel = machine_->Reap(Clock::now());
+  EXPECT_TRUE(rel.worker.empty() && rel.drafter.empty());
+  EXPECT_EQ(machine_->size(), 1) << "its Opens are in flight";
+  std::vector<int32_t> ids;
+  EXPECT_EQ(Popped(r.get(), &ids).code(), absl::StatusCode::kCancelled) << "the client knows now";
+  machine_->OnWorkerOpened({10}, std::vector<WorkerOpenReply>{{absl::OkStatus(), 2}}, Clock::now());
+  machine_->OnDrafterOpened({10}, std::vector<absl::Status>{absl::OkStatus()}, Clock::now());
+  rel = machine_->Reap(Clock::now());
+  EXPECT_EQ(rel.worker, std::vector<uint64_t>{10});
+  EXPECT_EQ(rel.drafter, std::vector<uint64_t>{10});
+  EXPECT_TRUE(ids.empty()) << "no token after the cancel";
+}
+
+TEST(ValidateDraftedTreeTest, NamesTheFirstDefect) {
+  v1::TokenTree t;
+  for (int tok : {5, 6, 7}) t.add_tokens(tok);
+  for (int p : {-1, 0, 1}) t.add_parents(p);
+  EXPECT_TRUE(ValidateDraftedTree(t, 10, 8).ok());
+  EXPECT_EQ(ValidateDraftedTree(t, 10, 2).code(), absl::StatusCode::kInvalidArgument);
+  v1::TokenTree bad = t;
+  bad.set_tokens(2, 10);
+  absl::Status st = ValidateDraftedTree(bad, 10, 8);
+  EXPECT_NE(st.message().find("tokens[2]"), std::string::npos) << st;
+  bad = t;
+  bad.set_parents(2, 2);
+  st = ValidateDraftedTree(bad, 10, 8);
+  EXPECT_NE(st.message().find("parents[2]"), std::string::npos) << st;
+  bad = t;
+  bad.add_parents(0);
+  EXPECT_FALSE(ValidateDraftedTree(bad, 10, 8).ok());
+  EXPECT_FALSE(ValidateDraftedTree(v1::TokenTree(), 10, 8).ok());
+  bad = t;
+  v1::SparseDistribution* q = bad.add_draft();
+  q->add_tokens(6);
+  q->add_probs(0.5f);
+  EXPECT_TRUE(ValidateDraftedTree(bad, 10, 8).ok());
+  q->add_tokens(12);
+  q->add_probs(0.5f);
+  st = ValidateDraftedTree(bad, 10, 8);
+  EXPECT_NE(st.message().find("draft[0].tokens[1]"), std::string::npos) << st;
+  q->set_tokens(1, 7);
+  q->set_probs(1, std::nanf(""));
+  st = ValidateDraftedTree(bad, 10, 8);
+  EXPECT_NE(st.message().find("draft[0].probs[1]"), std::string::npos) << st;
+}
+
+TEST(ReleaseQueueTest, RetriesWithBackoffThenGivesUp) {
+  ReleaseQueueOptions o;
+  o.max_attempts = 3;
+  o.initial_backoff = std::chrono::milliseconds(100);
+  ReleaseQueue q(o);
+  const Clock::time_point t0 = Clock::now();
+  q.Add({1, 2}, t0);
+  EXPECT_EQ(q.TakeDue(t0), (std::vector<uint64_t>{1, 2}));
+  EXPECT_TRUE(q.TakeDue(t0).empty()) << "one batch in flight at a time";
+  q.OnResult(false, t0);
+  EXPECT_TRUE(q.TakeDue(t0 + std::chrono::milliseconds(50)).empty()) << "backing off";
+  EXPECT_EQ(q.TakeDue(t0 + std::chrono::milliseconds(100)).size(), 2u);
+  q.OnResult(false, t0 + std::chrono::milliseconds(100));
+  EXPECT_TRUE(q.TakeDue(t0 + std::chrono::milliseconds(250)).empty()) << "the back-off doubled";
+  EXPECT_EQ(q.TakeDue(t0 + std::chrono::milliseconds(300)).size(), 2u);
+  q.OnResult(false, t0 + std::chrono::milliseconds(300));
+  EXPECT_EQ(q.pending(), 0u);
+  EXPECT_EQ(q.dropped(), 2);
+  q.Add({3}, t0);
+  EXPECT_EQ(q.TakeDue(t0), std::vector<uint64_t>{3});
+  q.OnResult(true, t0);
+  EXPECT_EQ(q.pending(), 0u);
+  EXPECT_EQ(q.dropped(), 2);
+}
+
+}  // namespace
+}  // namespace treespec
