@@ -23,6 +23,7 @@
 #include "core/model/gguf_dequant.h"
 #include "core/model/gguf_model.h"
 #include "core/model/llama.h"
+#include "core/model/sequence_model.h"
 #include "core/tokenizer/gguf_tokenizer.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/util/mapped_file.h"
@@ -223,6 +224,45 @@ TEST(SharedSmolLm2Gguf, LogitsAndGreedyTextMatchTransformers) {
     std::printf("[gguf golden] %s: top-20 max abs error %.3g, greedy \"%s\"\n", name.c_str(),
                 worst, (*tok)->Decode(r.greedy).c_str());
   }
+}
+
+// The model factory, LoadModelConfig and LoadTokenizer take a .gguf path
+// (worker/drafter/CLI `--model FILE.gguf`).
+TEST(SharedSmolLm2Gguf, FactoryLoadsGgufPaths) {
+  SKIP_WITHOUT(SmolLm2Path());
+  nlohmann::json g = LoadGoldens();
+  auto mc = LoadModelConfig(SmolLm2Path());
+  ASSERT_TRUE(mc.ok()) << mc.status();
+  EXPECT_EQ(mc->llama.num_layers, 30);
+  std::unique_ptr<Backend> backend = CreateCpuBackend(2);
+  SequenceModelOptions o;
+  o.kv_blocks = 8;
+  auto model = LoadSequenceModel(SmolLm2Path(), backend.get(), nullptr, o);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->info().vocab_size, 49152);
+  const auto& p = g["prompts"][0];
+  auto ids = p["ids"].get<std::vector<int32_t>>();
+  const auto want = p["greedy_new_ids"].get<std::vector<int32_t>>();
+  auto h = (*model)->Open(ids.size() + want.size());
+  ASSERT_TRUE(h.ok()) << h.status();
+  std::vector<int32_t> got;
+  std::vector<int32_t> feed = ids;
+  while (got.size() < want.size()) {
+    ForwardOutput out;
+    ASSERT_TRUE((*model)->Forward({Chain(*h, feed, LogitsMode::kLast)}, &out).ok());
+    ASSERT_TRUE((*model)->Commit(*h, feed.size()).ok());
+    got.push_back(Argmax(out.row_logits(0), 49152));
+    feed = {got.back()};
+  }
+  EXPECT_EQ(got, want);
+  // Through the old entry point as well.
+  auto llama = LlamaModel::Load(SmolLm2Path(), backend.get());
+  ASSERT_TRUE(llama.ok()) << llama.status();
+  // A GGUF that is not a file gives NOT_FOUND-ish errors naming it.
+  auto missing = LoadSequenceModel("/nonexistent/model.gguf", backend.get(), nullptr, o);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("/nonexistent/model.gguf"), std::string::npos)
+      << missing.status();
 }
 
 // ../shared/models/README.md, "Greedy reference outputs", stories260K.
