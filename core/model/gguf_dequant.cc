@@ -148,12 +148,24 @@ absl::Status DequantizeGgml(GgmlType type, const uint8_t* src, int64_t num_elems
     case GgmlType::kBF16:
       ConvertToF32(src, DType::kBF16, num_elems, dst);
       return absl::OkStatus();
-    case GgmlType::kQ8_0: kernel = DequantizeQ8_0; break;
-    case GgmlType::kQ4_0: kernel = DequantizeQ4_0; break;
-    case GgmlType::kQ4_1: kernel = DequantizeQ4_1; break;
-    case GgmlType::kQ4_K: kernel = DequantizeQ4_K; break;
-    case GgmlType::kQ5_K: kernel = DequantizeQ5_K; break;
-    case GgmlType::kQ6_K: kernel = DequantizeQ6_K; break;
+    case GgmlType::kQ8_0:
+      kernel = DequantizeQ8_0;
+      break;
+    case GgmlType::kQ4_0:
+      kernel = DequantizeQ4_0;
+      break;
+    case GgmlType::kQ4_1:
+      kernel = DequantizeQ4_1;
+      break;
+    case GgmlType::kQ4_K:
+      kernel = DequantizeQ4_K;
+      break;
+    case GgmlType::kQ5_K:
+      kernel = DequantizeQ5_K;
+      break;
+    case GgmlType::kQ6_K:
+      kernel = DequantizeQ6_K;
+      break;
   }
   for (int64_t i = 0; i < num_blocks; ++i) {
     kernel(src + i * block_bytes, dst + i * block_elems);

@@ -164,15 +164,15 @@ std::string GgufToHfName(const std::string& name) {
   if (name == "output.weight") return "lm_head.weight";
   std::vector<std::string> parts = absl::StrSplit(name, '.');
   int layer = 0;
-  if (parts.size() != 4 || parts[0] != "blk" || !absl::SimpleAtoi(parts[1], &layer) ||
-      layer < 0 || parts[1] != absl::StrCat(layer) || parts[3] != "weight") {
+  if (parts.size() != 4 || parts[0] != "blk" || !absl::SimpleAtoi(parts[1], &layer) || layer < 0 ||
+      parts[1] != absl::StrCat(layer) || parts[3] != "weight") {
     return "";
   }
   static const std::pair<const char*, const char*> kMap[] = {
-      {"attn_norm", "input_layernorm"},      {"ffn_norm", "post_attention_layernorm"},
-      {"attn_q", "self_attn.q_proj"},        {"attn_k", "self_attn.k_proj"},
-      {"attn_v", "self_attn.v_proj"},        {"attn_output", "self_attn.o_proj"},
-      {"ffn_gate", "mlp.gate_proj"},         {"ffn_up", "mlp.up_proj"},
+      {"attn_norm", "input_layernorm"}, {"ffn_norm", "post_attention_layernorm"},
+      {"attn_q", "self_attn.q_proj"},   {"attn_k", "self_attn.k_proj"},
+      {"attn_v", "self_attn.v_proj"},   {"attn_output", "self_attn.o_proj"},
+      {"ffn_gate", "mlp.gate_proj"},    {"ffn_up", "mlp.up_proj"},
       {"ffn_down", "mlp.down_proj"},
   };
   for (const auto& [g, h] : kMap) {
@@ -205,18 +205,18 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> GgufCheckpoint(
   for (const GgufTensor& t : file->tensors()) {
     const std::string hf = GgufToHfName(t.name);
     if (hf.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          file->path(), ": tensor '", t.name, "' is not a llama tensor treespec knows"));
+      return absl::InvalidArgumentError(absl::StrCat(file->path(), ": tensor '", t.name,
+                                                     "' is not a llama tensor treespec knows"));
     }
     int64_t permute_heads = 0;
     if (absl::EndsWith(t.name, ".attn_q.weight")) permute_heads = config.num_heads;
     if (absl::EndsWith(t.name, ".attn_k.weight")) permute_heads = config.num_kv_heads;
     if (permute_heads > 0 &&
         (t.shape.size() != 2 || t.shape[0] != permute_heads * config.head_dim)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          file->path(), ": tensor '", t.name, "' has shape ", ShapeString(t.shape),
-          ", expected [", permute_heads * config.head_dim, ", *] (", permute_heads,
-          " heads of ", config.head_dim, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(file->path(), ": tensor '", t.name, "' has shape ", ShapeString(t.shape),
+                       ", expected [", permute_heads * config.head_dim, ", *] (", permute_heads,
+                       " heads of ", config.head_dim, ")"));
     }
     TensorInfo info;
     info.name = hf;

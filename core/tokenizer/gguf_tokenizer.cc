@@ -86,19 +86,20 @@ absl::StatusOr<TokenizerConfig> ReadConfig(const GgufFile& f, size_t vocab) {
 
 // llama.cpp's pre-tokenizer names → tokenizer.json pre_tokenizer specs.
 absl::StatusOr<json> PreTokenizerFor(const GgufFile& f, const std::string& pre) {
-  const json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false},
-                           {"trim_offsets", true}, {"use_regex", true}};
+  const json byte_level = {{"type", "ByteLevel"},
+                           {"add_prefix_space", false},
+                           {"trim_offsets", true},
+                           {"use_regex", true}};
   auto split_then_bytes = [](const char* regex) {
     return json{{"type", "Sequence"},
-                {"pretokenizers",
-                 json::array({json{{"type", "Split"},
-                                   {"pattern", {{"Regex", regex}}},
-                                   {"behavior", "Isolated"},
-                                   {"invert", false}},
-                              json{{"type", "ByteLevel"},
-                                   {"add_prefix_space", false},
-                                   {"trim_offsets", true},
-                                   {"use_regex", false}}})}};
+                {"pretokenizers", json::array({json{{"type", "Split"},
+                                                    {"pattern", {{"Regex", regex}}},
+                                                    {"behavior", "Isolated"},
+                                                    {"invert", false}},
+                                               json{{"type", "ByteLevel"},
+                                                    {"add_prefix_space", false},
+                                                    {"trim_offsets", true},
+                                                    {"use_regex", false}}})}};
   };
   if (pre == "default" || pre == "gpt2" || pre == "gpt-2") return byte_level;
   if (pre == "smollm") {
@@ -170,9 +171,9 @@ absl::StatusOr<json> GgufToTokenizerJson(const GgufFile& f) {
   for (size_t i = 0; i < v.tokens->size(); ++i) {
     const std::string& t = (*v.tokens)[i];
     if (vocab.contains(t)) {
-      return KeyError(f, "tokenizer.ggml.tokens",
-                      absl::StrCat("[", i, "] = \"", t, "\" repeats token ",
-                                   vocab[t].get<int64_t>()));
+      return KeyError(
+          f, "tokenizer.ggml.tokens",
+          absl::StrCat("[", i, "] = \"", t, "\" repeats token ", vocab[t].get<int64_t>()));
     }
     vocab[t] = i;
     if (v.types[i] == kControl || v.types[i] == kUserDefined) {
@@ -203,12 +204,22 @@ absl::StatusOr<json> GgufToTokenizerJson(const GgufFile& f) {
       {"normalizer", nullptr},
       {"pre_tokenizer", pre_tokenizer},
       {"post_processor", nullptr},
-      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true},
-                   {"trim_offsets", true}, {"use_regex", true}}},
-      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
-                 {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
-                 {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", false},
-                 {"vocab", vocab}, {"merges", merge_list}}},
+      {"decoder",
+       {{"type", "ByteLevel"},
+        {"add_prefix_space", true},
+        {"trim_offsets", true},
+        {"use_regex", true}}},
+      {"model",
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", nullptr},
+        {"continuing_subword_prefix", nullptr},
+        {"end_of_word_suffix", nullptr},
+        {"fuse_unk", false},
+        {"byte_fallback", false},
+        {"ignore_merges", false},
+        {"vocab", vocab},
+        {"merges", merge_list}}},
   };
   return root;
 }
@@ -243,7 +254,8 @@ absl::StatusOr<std::string> GgufToSentencePieceProto(const GgufFile& f) {
   if (num_unknown != 1 || v.types[unk < 0 ? 0 : unk] != kUnknown) {
     return KeyError(f, "tokenizer.ggml.token_type",
                     absl::StrCat("must mark exactly one UNKNOWN (2) token, the unknown_token_id; "
-                                 "found ", num_unknown));
+                                 "found ",
+                                 num_unknown));
   }
   ProtoWriter model;
   for (size_t i = 0; i < n; ++i) {

@@ -101,17 +101,42 @@ bool IsIntType(GgufValueType t) {
   }
 }
 
+template <typename T>
+absl::Status ReadInt(Reader* r, const std::string& what, int64_t* out) {
+  TS_ASSIGN_OR_RETURN(T v, r->Read<T>(what));
+  *out = static_cast<int64_t>(v);
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status ReadFloat(Reader* r, const std::string& what, double* out) {
+  TS_ASSIGN_OR_RETURN(T v, r->Read<T>(what));
+  *out = static_cast<double>(v);
+  return absl::OkStatus();
+}
+
 // Reads one scalar of type `t` as an integer, float, bool or string.
-absl::Status ReadScalar(Reader* r, GgufValueType t, const std::string& what, int64_t* i,
-                        double* f, bool* b, std::string* s) {
+absl::Status ReadScalar(Reader* r, GgufValueType t, const std::string& what, int64_t* i, double* f,
+                        bool* b, std::string* s) {
   switch (t) {
-    case GgufValueType::kUint8: { TS_ASSIGN_OR_RETURN(uint8_t v, r->Read<uint8_t>(what)); *i = v; break; }
-    case GgufValueType::kInt8: { TS_ASSIGN_OR_RETURN(int8_t v, r->Read<int8_t>(what)); *i = v; break; }
-    case GgufValueType::kUint16: { TS_ASSIGN_OR_RETURN(uint16_t v, r->Read<uint16_t>(what)); *i = v; break; }
-    case GgufValueType::kInt16: { TS_ASSIGN_OR_RETURN(int16_t v, r->Read<int16_t>(what)); *i = v; break; }
-    case GgufValueType::kUint32: { TS_ASSIGN_OR_RETURN(uint32_t v, r->Read<uint32_t>(what)); *i = v; break; }
-    case GgufValueType::kInt32: { TS_ASSIGN_OR_RETURN(int32_t v, r->Read<int32_t>(what)); *i = v; break; }
-    case GgufValueType::kInt64: { TS_ASSIGN_OR_RETURN(int64_t v, r->Read<int64_t>(what)); *i = v; break; }
+    case GgufValueType::kUint8:
+      return ReadInt<uint8_t>(r, what, i);
+    case GgufValueType::kInt8:
+      return ReadInt<int8_t>(r, what, i);
+    case GgufValueType::kUint16:
+      return ReadInt<uint16_t>(r, what, i);
+    case GgufValueType::kInt16:
+      return ReadInt<int16_t>(r, what, i);
+    case GgufValueType::kUint32:
+      return ReadInt<uint32_t>(r, what, i);
+    case GgufValueType::kInt32:
+      return ReadInt<int32_t>(r, what, i);
+    case GgufValueType::kInt64:
+      return ReadInt<int64_t>(r, what, i);
+    case GgufValueType::kFloat32:
+      return ReadFloat<float>(r, what, f);
+    case GgufValueType::kFloat64:
+      return ReadFloat<double>(r, what, f);
     case GgufValueType::kUint64: {
       const size_t at = r->pos();
       TS_ASSIGN_OR_RETURN(uint64_t v, r->Read<uint64_t>(what));
@@ -119,22 +144,25 @@ absl::Status ReadScalar(Reader* r, GgufValueType t, const std::string& what, int
         return r->Invalid(at, absl::StrCat(what, ": uint64 value ", v, " is out of range"));
       }
       *i = static_cast<int64_t>(v);
-      break;
+      return absl::OkStatus();
     }
-    case GgufValueType::kFloat32: { TS_ASSIGN_OR_RETURN(float v, r->Read<float>(what)); *f = v; break; }
-    case GgufValueType::kFloat64: { TS_ASSIGN_OR_RETURN(double v, r->Read<double>(what)); *f = v; break; }
     case GgufValueType::kBool: {
       const size_t at = r->pos();
       TS_ASSIGN_OR_RETURN(uint8_t v, r->Read<uint8_t>(what));
-      if (v > 1) return r->Invalid(at, absl::StrCat(what, ": bool byte is ", int{v}, ", not 0 or 1"));
+      if (v > 1) {
+        return r->Invalid(at, absl::StrCat(what, ": bool byte is ", int{v}, ", not 0 or 1"));
+      }
       *b = v != 0;
-      break;
+      return absl::OkStatus();
     }
-    case GgufValueType::kString: { TS_ASSIGN_OR_RETURN(*s, r->ReadString(what)); break; }
+    case GgufValueType::kString: {
+      TS_ASSIGN_OR_RETURN(*s, r->ReadString(what));
+      return absl::OkStatus();
+    }
     case GgufValueType::kArray:
-      return absl::InternalError("ReadScalar on an array");
+      break;
   }
-  return absl::OkStatus();
+  return absl::InternalError("ReadScalar on an array");
 }
 
 absl::StatusOr<GgufValueType> ReadType(Reader* r, const std::string& what) {
@@ -175,10 +203,9 @@ absl::StatusOr<GgufValue> ReadValue(Reader* r, const std::string& key) {
   TS_ASSIGN_OR_RETURN(uint64_t n, r->Read<uint64_t>(absl::StrCat("length of '", key, "'")));
   const size_t min_size = ScalarSize(v.elem_type);
   if (n > r->remaining() / min_size) {
-    return absl::DataLossError(absl::StrCat(r->Invalid(count_at, "").message(), "array '", key,
-                                            "' has ", n, " elements of ", min_size,
-                                            "+ bytes but only ", r->remaining(),
-                                            " bytes are left"));
+    return absl::DataLossError(absl::StrCat(
+        r->Invalid(count_at, "").message(), "array '", key, "' has ", n, " elements of ", min_size,
+        "+ bytes but only ", r->remaining(), " bytes are left"));
   }
   for (uint64_t k = 0; k < n; ++k) {
     int64_t i = 0;
@@ -203,9 +230,9 @@ absl::StatusOr<GgufValue> ReadValue(Reader* r, const std::string& key) {
 }  // namespace
 
 const char* GgufValueTypeName(GgufValueType t) {
-  static const char* kNames[] = {"uint8", "int8",   "uint16", "int16", "uint32",
-                                 "int32", "float32", "bool",  "string", "array",
-                                 "uint64", "int64", "float64"};
+  static const char* kNames[] = {"uint8",  "int8",    "uint16", "int16",  "uint32",
+                                 "int32",  "float32", "bool",   "string", "array",
+                                 "uint64", "int64",   "float64"};
   const auto i = static_cast<uint32_t>(t);
   return i < 13 ? kNames[i] : "unknown";
 }
@@ -216,37 +243,80 @@ size_t GgufValue::array_size() const {
 
 bool GgmlTypeLayout(uint32_t type, size_t* block_bytes, int64_t* block_elems) {
   switch (static_cast<GgmlType>(type)) {
-    case GgmlType::kF32: *block_bytes = 4; *block_elems = 1; return true;
-    case GgmlType::kF16: *block_bytes = 2; *block_elems = 1; return true;
-    case GgmlType::kBF16: *block_bytes = 2; *block_elems = 1; return true;
-    case GgmlType::kQ4_0: *block_bytes = 18; *block_elems = 32; return true;
-    case GgmlType::kQ4_1: *block_bytes = 20; *block_elems = 32; return true;
-    case GgmlType::kQ8_0: *block_bytes = 34; *block_elems = 32; return true;
-    case GgmlType::kQ4_K: *block_bytes = 144; *block_elems = 256; return true;
-    case GgmlType::kQ5_K: *block_bytes = 176; *block_elems = 256; return true;
-    case GgmlType::kQ6_K: *block_bytes = 210; *block_elems = 256; return true;
+    case GgmlType::kF32:
+      *block_bytes = 4;
+      *block_elems = 1;
+      return true;
+    case GgmlType::kF16:
+      *block_bytes = 2;
+      *block_elems = 1;
+      return true;
+    case GgmlType::kBF16:
+      *block_bytes = 2;
+      *block_elems = 1;
+      return true;
+    case GgmlType::kQ4_0:
+      *block_bytes = 18;
+      *block_elems = 32;
+      return true;
+    case GgmlType::kQ4_1:
+      *block_bytes = 20;
+      *block_elems = 32;
+      return true;
+    case GgmlType::kQ8_0:
+      *block_bytes = 34;
+      *block_elems = 32;
+      return true;
+    case GgmlType::kQ4_K:
+      *block_bytes = 144;
+      *block_elems = 256;
+      return true;
+    case GgmlType::kQ5_K:
+      *block_bytes = 176;
+      *block_elems = 256;
+      return true;
+    case GgmlType::kQ6_K:
+      *block_bytes = 210;
+      *block_elems = 256;
+      return true;
   }
   return false;
 }
 
 const char* GgmlTypeName(uint32_t type) {
   switch (type) {
-    case 0: return "F32";
-    case 1: return "F16";
-    case 2: return "Q4_0";
-    case 3: return "Q4_1";
-    case 6: return "Q5_0";
-    case 7: return "Q5_1";
-    case 8: return "Q8_0";
-    case 9: return "Q8_1";
-    case 10: return "Q2_K";
-    case 11: return "Q3_K";
-    case 12: return "Q4_K";
-    case 13: return "Q5_K";
-    case 14: return "Q6_K";
-    case 15: return "Q8_K";
-    case 30: return "BF16";
-    default: return "unknown";
+    case 0:
+      return "F32";
+    case 1:
+      return "F16";
+    case 2:
+      return "Q4_0";
+    case 3:
+      return "Q4_1";
+    case 6:
+      return "Q5_0";
+    case 7:
+      return "Q5_1";
+    case 8:
+      return "Q8_0";
+    case 9:
+      return "Q8_1";
+    case 10:
+      return "Q2_K";
+    case 11:
+      return "Q3_K";
+    case 12:
+      return "Q4_K";
+    case 13:
+      return "Q5_K";
+    case 14:
+      return "Q6_K";
+    case 15:
+      return "Q8_K";
+    case 30:
+      return "BF16";
+    default:
+      return "unknown";
   }
 }
 
@@ -270,21 +340,19 @@ absl::StatusOr<std::shared_ptr<const GgufFile>> GgufFile::Parse(std::shared_ptr<
   }
   TS_ASSIGN_OR_RETURN(f->version_, r.Read<uint32_t>("version"));
   if (f->version_ != 2 && f->version_ != 3) {
-    return r.Invalid(4, absl::StrCat("GGUF version ", f->version_,
-                                     " is not supported (only 2 and 3)"));
+    return r.Invalid(
+        4, absl::StrCat("GGUF version ", f->version_, " is not supported (only 2 and 3)"));
   }
   TS_ASSIGN_OR_RETURN(uint64_t num_tensors, r.Read<uint64_t>("tensor_count"));
   TS_ASSIGN_OR_RETURN(uint64_t num_kv, r.Read<uint64_t>("kv_count"));
   // Each KV needs at least 8 (key length) + 4 (type) + 1 bytes; each tensor info 8+4+4+8.
   if (num_kv > r.remaining() / 13) {
     return absl::DataLossError(absl::StrCat(path, ": offset 16: kv_count ", num_kv,
-                                            " cannot fit in the ", r.remaining(),
-                                            " bytes left"));
+                                            " cannot fit in the ", r.remaining(), " bytes left"));
   }
   if (num_tensors > r.remaining() / 24) {
     return absl::DataLossError(absl::StrCat(path, ": offset 8: tensor_count ", num_tensors,
-                                            " cannot fit in the ", r.remaining(),
-                                            " bytes left"));
+                                            " cannot fit in the ", r.remaining(), " bytes left"));
   }
   for (uint64_t k = 0; k < num_kv; ++k) {
     const size_t at = r.pos();
@@ -307,14 +375,16 @@ absl::StatusOr<std::shared_ptr<const GgufFile>> GgufFile::Parse(std::shared_ptr<
     const size_t at = r.pos();
     GgufTensor t;
     TS_ASSIGN_OR_RETURN(t.name, r.ReadString(absl::StrCat("name of tensor ", k)));
-    TS_ASSIGN_OR_RETURN(uint32_t n_dims, r.Read<uint32_t>(absl::StrCat("n_dims of '", t.name, "'")));
+    TS_ASSIGN_OR_RETURN(uint32_t n_dims,
+                        r.Read<uint32_t>(absl::StrCat("n_dims of '", t.name, "'")));
     if (n_dims == 0 || n_dims > kMaxDims) {
       return r.Invalid(at, absl::StrCat("tensor '", t.name, "' has n_dims ", n_dims,
                                         " (must be 1..", kMaxDims, ")"));
     }
     uint64_t numel = 1;
     for (uint32_t d = 0; d < n_dims; ++d) {
-      TS_ASSIGN_OR_RETURN(uint64_t dim, r.Read<uint64_t>(absl::StrCat("dim ", d, " of '", t.name, "'")));
+      TS_ASSIGN_OR_RETURN(uint64_t dim,
+                          r.Read<uint64_t>(absl::StrCat("dim ", d, " of '", t.name, "'")));
       if (dim == 0 || dim > (1ull << 40) || __builtin_mul_overflow(numel, dim, &numel) ||
           numel > (1ull << 48)) {
         return r.Invalid(at, absl::StrCat("tensor '", t.name, "' dim ", d, " = ", dim,
@@ -345,8 +415,7 @@ absl::StatusOr<std::shared_ptr<const GgufFile>> GgufFile::Parse(std::shared_ptr<
     TS_ASSIGN_OR_RETURN(t.offset, r.Read<uint64_t>(absl::StrCat("offset of '", t.name, "'")));
     if (t.offset % f->alignment_ != 0) {
       return r.Invalid(off_at, absl::StrCat("tensor '", t.name, "' offset ", t.offset,
-                                            " is not a multiple of the alignment ",
-                                            f->alignment_));
+                                            " is not a multiple of the alignment ", f->alignment_));
     }
     if (!f->by_name_.emplace(t.name, f->tensors_.size()).second) {
       return r.Invalid(at, absl::StrCat("duplicate tensor name '", t.name, "'"));
@@ -356,18 +425,17 @@ absl::StatusOr<std::shared_ptr<const GgufFile>> GgufFile::Parse(std::shared_ptr<
   const uint64_t pad = (f->alignment_ - r.pos() % f->alignment_) % f->alignment_;
   f->data_offset_ = r.pos() + pad;
   if (f->data_offset_ > size) {
-    return absl::DataLossError(absl::StrCat(path, ": data section would start at ",
-                                            f->data_offset_, ", past the end of the file (",
-                                            size, " bytes)"));
+    return absl::DataLossError(absl::StrCat(path, ": data section would start at ", f->data_offset_,
+                                            ", past the end of the file (", size, " bytes)"));
   }
   const uint64_t data_size = size - f->data_offset_;
   std::vector<const GgufTensor*> order;
   for (GgufTensor& t : f->tensors_) {
     if (t.offset > data_size || t.nbytes > data_size - t.offset) {
-      return absl::DataLossError(absl::StrCat(
-          path, ": tensor '", t.name, "' data [", f->data_offset_ + t.offset, ", ",
-          f->data_offset_ + t.offset + t.nbytes, ") runs past the end of the file (", size,
-          " bytes)"));
+      return absl::DataLossError(
+          absl::StrCat(path, ": tensor '", t.name, "' data [", f->data_offset_ + t.offset, ", ",
+                       f->data_offset_ + t.offset + t.nbytes, ") runs past the end of the file (",
+                       size, " bytes)"));
     }
     t.data = data + f->data_offset_ + t.offset;
     order.push_back(&t);
@@ -409,7 +477,8 @@ absl::StatusOr<int64_t> GgufFile::GetInt(const std::string& key) const {
   if (v == nullptr) {
     return absl::NotFoundError(absl::StrCat(path_, ": metadata '", key, "' is missing"));
   }
-  if (const int64_t* i = std::get_if<int64_t>(&v->scalar); i && !v->is_array() && IsIntType(v->type)) {
+  if (const int64_t* i = std::get_if<int64_t>(&v->scalar);
+      i && !v->is_array() && IsIntType(v->type)) {
     return *i;
   }
   return TypeError(path_, key, *v, "an integer");
@@ -441,7 +510,8 @@ absl::StatusOr<std::string> GgufFile::GetString(const std::string& key) const {
 absl::StatusOr<bool> GgufFile::GetBoolOr(const std::string& key, bool def) const {
   const GgufValue* v = Find(key);
   if (v == nullptr) return def;
-  if (const bool* b = std::get_if<bool>(&v->scalar); b && v->type == GgufValueType::kBool) return *b;
+  if (const bool* b = std::get_if<bool>(&v->scalar); b && v->type == GgufValueType::kBool)
+    return *b;
   return TypeError(path_, key, *v, "a bool");
 }
 
@@ -462,8 +532,8 @@ absl::StatusOr<const std::vector<double>*> GgufFile::GetFloatArray(const std::st
   if (v == nullptr) {
     return absl::NotFoundError(absl::StrCat(path_, ": metadata '", key, "' is missing"));
   }
-  if (!v->is_array() || (v->elem_type != GgufValueType::kFloat32 &&
-                         v->elem_type != GgufValueType::kFloat64)) {
+  if (!v->is_array() ||
+      (v->elem_type != GgufValueType::kFloat32 && v->elem_type != GgufValueType::kFloat64)) {
     return TypeError(path_, key, *v, "an array of float");
   }
   return &v->floats;

@@ -53,10 +53,10 @@ struct GgufValue {
   GgufValueType elem_type = GgufValueType::kUint8;  // kArray only
   std::variant<uint64_t, int64_t, double, bool, std::string> scalar;
   // kArray: exactly one of these is filled, by element kind.
-  std::vector<int64_t> ints;        // all integer element types (u64 above 2^63 rejected)
-  std::vector<double> floats;       // kFloat32 / kFloat64
-  std::vector<std::string> strings; // kString
-  std::vector<bool> bools;          // kBool
+  std::vector<int64_t> ints;         // all integer element types (u64 above 2^63 rejected)
+  std::vector<double> floats;        // kFloat32 / kFloat64
+  std::vector<std::string> strings;  // kString
+  std::vector<bool> bools;           // kBool
 
   bool is_array() const { return type == GgufValueType::kArray; }
   size_t array_size() const;
@@ -81,7 +81,7 @@ struct GgufTensor {
   std::vector<int64_t> dims;  // as stored: dims[0] fastest
   Shape shape;                // row-major: dims reversed
   int64_t numel = 0;
-  uint64_t offset = 0;        // relative to the data section
+  uint64_t offset = 0;  // relative to the data section
   const uint8_t* data = nullptr;
   size_t nbytes = 0;
 };
@@ -90,9 +90,9 @@ class GgufFile {
  public:
   static absl::StatusOr<std::shared_ptr<const GgufFile>> Open(const std::string& path);
   // Parses an in-memory image (tests); `path` names it in errors.
-  static absl::StatusOr<std::shared_ptr<const GgufFile>> Parse(
-      std::shared_ptr<const void> owner, const uint8_t* data, size_t size,
-      const std::string& path);
+  static absl::StatusOr<std::shared_ptr<const GgufFile>> Parse(std::shared_ptr<const void> owner,
+                                                               const uint8_t* data, size_t size,
+                                                               const std::string& path);
 
   const std::string& path() const { return path_; }
   uint32_t version() const { return version_; }

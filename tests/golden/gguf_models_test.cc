@@ -44,14 +44,15 @@ std::string SmolLm2Path() {
 }
 std::string Stories260kGguf() { return testing::SharedModels() + "/stories260K/stories260K.gguf"; }
 
-#define SKIP_WITHOUT(path)                                                        \
-  if (!FileExists(path)) {                                                        \
-    GTEST_SKIP() << path << " is absent (../shared/models; set "                  \
-                 << "TREESPEC_SHARED_MODELS to override)";                        \
+#define SKIP_WITHOUT(path)                                       \
+  if (!FileExists(path)) {                                       \
+    GTEST_SKIP() << path << " is absent (../shared/models; set " \
+                 << "TREESPEC_SHARED_MODELS to override)";       \
   }
 
 nlohmann::json LoadGoldens() {
-  auto text = ReadFileToString(testing::SourceDir() + "/tests/golden/data/smollm2_gguf/goldens.json");
+  auto text =
+      ReadFileToString(testing::SourceDir() + "/tests/golden/data/smollm2_gguf/goldens.json");
   EXPECT_TRUE(text.ok()) << text.status();
   if (!text.ok()) return {};
   nlohmann::json j = nlohmann::json::parse(*text);
@@ -74,10 +75,11 @@ struct GreedyRun {
 };
 
 GreedyRun RunGreedy(LlamaModel* model, Backend* backend, const std::vector<int32_t>& prompt,
-              size_t num_new) {
+                    size_t num_new) {
   GreedyRun r;
   const int64_t V = model->config().vocab_size;
-  auto cache = PagedKvCache::Create(model->KvOptions(/*num_blocks=*/64, /*block_size=*/16), backend);
+  auto cache =
+      PagedKvCache::Create(model->KvOptions(/*num_blocks=*/64, /*block_size=*/16), backend);
   EXPECT_TRUE(cache.ok()) << cache.status();
   if (!cache.ok()) return r;
   const int64_t seq = (*cache)->CreateSequence();
@@ -221,8 +223,8 @@ TEST(SharedSmolLm2Gguf, LogitsAndGreedyTextMatchTransformers) {
     }
     EXPECT_EQ(r.greedy, want_new) << name;
     EXPECT_EQ((*tok)->Decode(r.greedy), p["greedy_text"].get<std::string>()) << name;
-    std::printf("[gguf golden] %s: top-20 max abs error %.3g, greedy \"%s\"\n", name.c_str(),
-                worst, (*tok)->Decode(r.greedy).c_str());
+    std::printf("[gguf golden] %s: top-20 max abs error %.3g, greedy \"%s\"\n", name.c_str(), worst,
+                (*tok)->Decode(r.greedy).c_str());
   }
 }
 
@@ -296,8 +298,8 @@ TEST(SharedStories260kGguf, TokenizerMatchesTok512SentencePiece) {
   EXPECT_TRUE((*gguf_tok)->IsEos(2));
   for (const char* text :
        {"Once upon a time, there was a little girl named Lily.", "Hello world", "",
-        "She said: \"Let's go!\" and ran.", "1234 + 5678 = 6912", "naïve café ü",
-        "日本", "line\nbreak", "Tom and Sue played in the park all day long."}) {
+        "She said: \"Let's go!\" and ran.", "1234 + 5678 = 6912", "naïve café ü", "日本",
+        "line\nbreak", "Tom and Sue played in the park all day long."}) {
     for (bool special : {false, true}) {
       auto a = (*gguf_tok)->Encode(text, special);
       auto b = (*sp_tok)->Encode(text, special);
@@ -308,8 +310,8 @@ TEST(SharedStories260kGguf, TokenizerMatchesTok512SentencePiece) {
     }
   }
   EXPECT_EQ(*(*gguf_tok)->Encode("Once upon a time, there was a little girl named Lily.", false),
-            (std::vector<int32_t>{403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421,
-                                  395, 317, 426}));
+            (std::vector<int32_t>{403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315, 421, 395,
+                                  317, 426}));
 }
 
 }  // namespace

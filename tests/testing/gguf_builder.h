@@ -15,8 +15,8 @@ class GgufBuilder {
     std::string name;
     std::vector<uint64_t> dims;  // dims[0] fastest
     uint32_t type = 0;
-    std::string data;            // raw bytes
-    int64_t offset = -1;         // -1: next aligned position
+    std::string data;     // raw bytes
+    int64_t offset = -1;  // -1: next aligned position
   };
 
   explicit GgufBuilder(uint32_t version = 3, uint32_t alignment = 32)

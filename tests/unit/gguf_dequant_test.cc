@@ -91,8 +91,8 @@ struct TypeInfo {
   size_t bytes;
   int elems;
 };
-const TypeInfo kQuantTypes[] = {{GgmlType::kQ8_0, 34, 32},  {GgmlType::kQ4_0, 18, 32},
-                                {GgmlType::kQ4_1, 20, 32},  {GgmlType::kQ4_K, 144, 256},
+const TypeInfo kQuantTypes[] = {{GgmlType::kQ8_0, 34, 32},   {GgmlType::kQ4_0, 18, 32},
+                                {GgmlType::kQ4_1, 20, 32},   {GgmlType::kQ4_K, 144, 256},
                                 {GgmlType::kQ5_K, 176, 256}, {GgmlType::kQ6_K, 210, 256}};
 
 TEST(GgufDequantTest, MatchesGgufPyOnRandomBlocksOfEveryType) {
@@ -114,8 +114,8 @@ TEST(GgufDequantTest, MatchesGgufPyOnRandomBlocksOfEveryType) {
       EXPECT_NEAR(got[i], want[i], 1e-6f * std::fabs(want[i]) + 1e-7f) << name << " element " << i;
     }
   }
-  EXPECT_EQ(seen, (std::set<std::string>{"F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K",
-                                         "Q6_K"}));
+  EXPECT_EQ(seen,
+            (std::set<std::string>{"F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K"}));
 }
 
 TEST(GgufDequantTest, MatchesThePerElementReference) {
@@ -131,7 +131,8 @@ TEST(GgufDequantTest, MatchesThePerElementReference) {
         std::memcpy(&block[208], &h1, 2);
       } else {
         std::memcpy(&block[0], &h1, 2);
-        if (ti.type != GgmlType::kQ8_0 && ti.type != GgmlType::kQ4_0) std::memcpy(&block[2], &h2, 2);
+        if (ti.type != GgmlType::kQ8_0 && ti.type != GgmlType::kQ4_0)
+          std::memcpy(&block[2], &h2, 2);
       }
       std::vector<float> got(ti.elems);
       ASSERT_TRUE(DequantizeGgml(ti.type, block.data(), ti.elems, got.data()).ok());
@@ -153,7 +154,8 @@ std::vector<uint8_t> QuantizeQ8_0(const float* x) {
   std::vector<uint8_t> b(34);
   const uint16_t h = FloatToHalf(d);
   std::memcpy(b.data(), &h, 2);
-  for (int i = 0; i < 32; ++i) b[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::lround(d ? x[i] / d : 0)));
+  for (int i = 0; i < 32; ++i)
+    b[2 + i] = static_cast<uint8_t>(static_cast<int8_t>(std::lround(d ? x[i] / d : 0)));
   return b;
 }
 

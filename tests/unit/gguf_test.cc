@@ -117,22 +117,22 @@ std::vector<BadCase> BadCases() {
   std::string bad_magic = valid;
   bad_magic[0] = 'X';
   cases.push_back({"magic", bad_magic, absl::StatusCode::kInvalidArgument, "not a GGUF file"});
-  cases.push_back({"version1", GgufBuilder(1).Build(), absl::StatusCode::kInvalidArgument,
-                   "GGUF version 1"});
+  cases.push_back(
+      {"version1", GgufBuilder(1).Build(), absl::StatusCode::kInvalidArgument, "GGUF version 1"});
   cases.push_back({"empty", "", absl::StatusCode::kDataLoss, "magic"});
-  std::string huge_kv = "GGUF" + GgufBuilder::U32(3) + GgufBuilder::U64(0) +
-                        GgufBuilder::U64(1ull << 60);
+  std::string huge_kv =
+      "GGUF" + GgufBuilder::U32(3) + GgufBuilder::U64(0) + GgufBuilder::U64(1ull << 60);
   cases.push_back({"kv_count", huge_kv, absl::StatusCode::kDataLoss, "kv_count"});
-  std::string huge_tensors = "GGUF" + GgufBuilder::U32(3) + GgufBuilder::U64(1ull << 60) +
-                             GgufBuilder::U64(0);
+  std::string huge_tensors =
+      "GGUF" + GgufBuilder::U32(3) + GgufBuilder::U64(1ull << 60) + GgufBuilder::U64(0);
   cases.push_back({"tensor_count", huge_tensors, absl::StatusCode::kDataLoss, "tensor_count"});
   cases.push_back({"string_len",
                    GgufBuilder().Raw("k", 8, GgufBuilder::U64(1ull << 62) + "abc").Build(),
                    absl::StatusCode::kDataLoss, "value of 'k' length"});
-  cases.push_back({"array_len",
-                   GgufBuilder().Raw("arr", 9, GgufBuilder::U32(4) + GgufBuilder::U64(1ull << 61))
-                       .Build(),
-                   absl::StatusCode::kDataLoss, "array 'arr'"});
+  cases.push_back(
+      {"array_len",
+       GgufBuilder().Raw("arr", 9, GgufBuilder::U32(4) + GgufBuilder::U64(1ull << 61)).Build(),
+       absl::StatusCode::kDataLoss, "array 'arr'"});
   cases.push_back({"value_type", GgufBuilder().Raw("k", 13, "").Build(),
                    absl::StatusCode::kInvalidArgument, "type of 'k' 13"});
   cases.push_back({"nested", GgufBuilder().Raw("k", 9, GgufBuilder::U32(9)).Build(),
@@ -304,8 +304,8 @@ TEST(GgufConfigTest, RefusesWhatIsNotImplementedNamingTheKey) {
                    absl::StatusCode::kUnimplemented, "llama.rope.scaling.factor"});
   cases.push_back({LlamaBuilder().U32Kv("llama.rope.dimension_count", 2),
                    absl::StatusCode::kUnimplemented, "llama.rope.dimension_count"});
-  cases.push_back({LlamaBuilder().U32Kv("llama.expert_count", 8),
-                   absl::StatusCode::kUnimplemented, "llama.expert_count"});
+  cases.push_back({LlamaBuilder().U32Kv("llama.expert_count", 8), absl::StatusCode::kUnimplemented,
+                   "llama.expert_count"});
   cases.push_back({LlamaBuilder(4, 3), absl::StatusCode::kInvalidArgument,
                    "'llama.attention.head_count_kv' (3) must divide"});
   cases.push_back({LlamaBuilder().F32Tensor("rope_freqs.weight", {2}, {1, 1}),
@@ -318,8 +318,8 @@ TEST(GgufConfigTest, RefusesWhatIsNotImplementedNamingTheKey) {
   {
     GgufBuilder b;
     b.StrKv("general.architecture", "llama").StrKv("llama.embedding_length", "16");
-    cases.push_back({b, absl::StatusCode::kInvalidArgument,
-                     "'llama.embedding_length' has type string"});
+    cases.push_back(
+        {b, absl::StatusCode::kInvalidArgument, "'llama.embedding_length' has type string"});
   }
   for (Case& c : cases) {
     auto f = ParseImage(c.b.Build());
@@ -363,8 +363,8 @@ std::vector<float> Permute(const std::vector<float>& w, int64_t n_head, int64_t 
 }
 
 TEST(GgufConfigTest, UnpermuteInvertsTheConverterPermutation) {
-  for (auto [heads, d, cols] : {std::tuple<int64_t, int64_t, int64_t>{3, 8, 5}, {1, 2, 1},
-                                {2, 64, 3}}) {
+  for (auto [heads, d, cols] :
+       {std::tuple<int64_t, int64_t, int64_t>{3, 8, 5}, {1, 2, 1}, {2, 64, 3}}) {
     std::vector<float> w(heads * d * cols);
     for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i);
     std::vector<float> p = Permute(w, heads, d, cols);
