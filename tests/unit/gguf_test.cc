@@ -104,6 +104,54 @@ TEST(GgufFileTest, HonoursGeneralAlignment) {
   EXPECT_EQ((*f)->FindTensor("b")->offset, 64u);
 }
 
+TEST(GgufFileTest, ReadsVersion2) {
+  GgufBuilder b(2);
+  b.U32Kv("k", 5).F32Tensor("a", {2}, {1, 2});
+  auto f = ParseImage(b.Build());
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ((*f)->version(), 2u);
+  EXPECT_EQ(*(*f)->GetInt("k"), 5);
+}
+
+// Plain tensors already in the wanted dtype alias the file; others are
+// converted (an F16 tensor asked for as F32, an F32 one as F16).
+TEST(GgufCheckpointTest, AliasesOrConvertsPlainTensors) {
+  std::string halves;
+  for (float v : {0.5f, -2.0f, 3.0f, 1.0f}) halves += GgufBuilder::Pod<uint16_t>(FloatToHalf(v));
+  GgufBuilder::Tensor norm;
+  norm.name = "output_norm.weight";
+  norm.dims = {4};
+  norm.type = 1;  // F16
+  norm.data = halves;
+  GgufBuilder b;
+  b.F32Tensor("token_embd.weight", {4, 2}, {1, 2, 3, 4, 5, 6, 7, 8}).AddTensor(norm);
+  auto f = ParseImage(b.Build());
+  ASSERT_TRUE(f.ok()) << f.status();
+  LlamaConfig c;
+  c.num_heads = 1;
+  c.num_kv_heads = 1;
+  c.head_dim = 4;
+  for (DType dt : {DType::kF32, DType::kF16}) {
+    auto ckpt = GgufCheckpoint(*f, c, dt);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    auto n = (*ckpt)->Find("model.norm.weight", {4});
+    ASSERT_TRUE(n.ok()) << n.status();
+    auto e = (*ckpt)->Find("model.embed_tokens.weight", {2, 4});
+    ASSERT_TRUE(e.ok()) << e.status();
+    EXPECT_EQ((*n)->dtype, dt);
+    EXPECT_EQ((*e)->dtype, dt);
+    EXPECT_EQ((*n)->data == (*f)->FindTensor("output_norm.weight")->data, dt == DType::kF16);
+    EXPECT_EQ((*e)->data == (*f)->FindTensor("token_embd.weight")->data, dt == DType::kF32);
+    float got[8];
+    ConvertToF32((*n)->data, dt, 4, got);
+    EXPECT_EQ(std::vector<float>(got, got + 4), (std::vector<float>{0.5f, -2.0f, 3.0f, 1.0f}));
+    ConvertToF32((*e)->data, dt, 8, got);
+    EXPECT_EQ(got[7], 8.0f);
+  }
+  EXPECT_EQ(GgufCheckpoint(*f, c, DType::kI32).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 struct BadCase {
   const char* name;
   std::string image;
