@@ -85,22 +85,6 @@ size_t ScalarSize(GgufValueType t) {
   return 0;
 }
 
-bool IsIntType(GgufValueType t) {
-  switch (t) {
-    case GgufValueType::kUint8:
-    case GgufValueType::kInt8:
-    case GgufValueType::kUint16:
-    case GgufValueType::kInt16:
-    case GgufValueType::kUint32:
-    case GgufValueType::kInt32:
-    case GgufValueType::kUint64:
-    case GgufValueType::kInt64:
-      return true;
-    default:
-      return false;
-  }
-}
-
 template <typename T>
 absl::Status ReadInt(Reader* r, const std::string& what, int64_t* out) {
   TS_ASSIGN_OR_RETURN(T v, r->Read<T>(what));
@@ -183,7 +167,7 @@ absl::StatusOr<GgufValue> ReadValue(Reader* r, const std::string& key) {
     bool b = false;
     std::string s;
     TS_RETURN_IF_ERROR(ReadScalar(r, v.type, absl::StrCat("value of '", key, "'"), &i, &f, &b, &s));
-    if (IsIntType(v.type)) {
+    if (GgufIsIntType(v.type)) {
       v.scalar = i;
     } else if (v.type == GgufValueType::kFloat32 || v.type == GgufValueType::kFloat64) {
       v.scalar = f;
@@ -214,7 +198,7 @@ absl::StatusOr<GgufValue> ReadValue(Reader* r, const std::string& key) {
     std::string s;
     TS_RETURN_IF_ERROR(
         ReadScalar(r, v.elem_type, absl::StrCat("'", key, "'[", k, "]"), &i, &f, &b, &s));
-    if (IsIntType(v.elem_type)) {
+    if (GgufIsIntType(v.elem_type)) {
       v.ints.push_back(i);
     } else if (v.elem_type == GgufValueType::kFloat32 || v.elem_type == GgufValueType::kFloat64) {
       v.floats.push_back(f);
@@ -235,6 +219,22 @@ const char* GgufValueTypeName(GgufValueType t) {
                                  "uint64", "int64",   "float64"};
   const auto i = static_cast<uint32_t>(t);
   return i < 13 ? kNames[i] : "unknown";
+}
+
+bool GgufIsIntType(GgufValueType t) {
+  switch (t) {
+    case GgufValueType::kUint8:
+    case GgufValueType::kInt8:
+    case GgufValueType::kUint16:
+    case GgufValueType::kInt16:
+    case GgufValueType::kUint32:
+    case GgufValueType::kInt32:
+    case GgufValueType::kUint64:
+    case GgufValueType::kInt64:
+      return true;
+    default:
+      return false;
+  }
 }
 
 size_t GgufValue::array_size() const {
@@ -460,94 +460,6 @@ const GgufTensor* GgufFile::FindTensor(const std::string& name) const {
 const GgufValue* GgufFile::Find(const std::string& key) const {
   auto it = kv_.find(key);
   return it == kv_.end() ? nullptr : &it->second;
-}
-
-namespace {
-absl::Status TypeError(const std::string& path, const std::string& key, const GgufValue& v,
-                       const char* want) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      path, ": metadata '", key, "' has type ", GgufValueTypeName(v.type),
-      v.is_array() ? absl::StrCat(" of ", GgufValueTypeName(v.elem_type)) : std::string(),
-      ", expected ", want));
-}
-}  // namespace
-
-absl::StatusOr<int64_t> GgufFile::GetInt(const std::string& key) const {
-  const GgufValue* v = Find(key);
-  if (v == nullptr) {
-    return absl::NotFoundError(absl::StrCat(path_, ": metadata '", key, "' is missing"));
-  }
-  if (const int64_t* i = std::get_if<int64_t>(&v->scalar);
-      i && !v->is_array() && IsIntType(v->type)) {
-    return *i;
-  }
-  return TypeError(path_, key, *v, "an integer");
-}
-
-absl::StatusOr<int64_t> GgufFile::GetIntOr(const std::string& key, int64_t def) const {
-  if (Find(key) == nullptr) return def;
-  return GetInt(key);
-}
-
-absl::StatusOr<double> GgufFile::GetFloatOr(const std::string& key, double def) const {
-  const GgufValue* v = Find(key);
-  if (v == nullptr) return def;
-  if (v->is_array()) return TypeError(path_, key, *v, "a number");
-  if (const double* d = std::get_if<double>(&v->scalar)) return *d;
-  if (const int64_t* i = std::get_if<int64_t>(&v->scalar)) return static_cast<double>(*i);
-  return TypeError(path_, key, *v, "a number");
-}
-
-absl::StatusOr<std::string> GgufFile::GetString(const std::string& key) const {
-  const GgufValue* v = Find(key);
-  if (v == nullptr) {
-    return absl::NotFoundError(absl::StrCat(path_, ": metadata '", key, "' is missing"));
-  }
-  if (const std::string* s = std::get_if<std::string>(&v->scalar); s && !v->is_array()) return *s;
-  return TypeError(path_, key, *v, "a string");
-}
-
-absl::StatusOr<bool> GgufFile::GetBoolOr(const std::string& key, bool def) const {
-  const GgufValue* v = Find(key);
-  if (v == nullptr) return def;
-  if (const bool* b = std::get_if<bool>(&v->scalar); b && v->type == GgufValueType::kBool)
-    return *b;
-  return TypeError(path_, key, *v, "a bool");
-}
-
-absl::StatusOr<const std::vector<std::string>*> GgufFile::GetStringArray(
-    const std::string& key) const {
-  const GgufValue* v = Find(key);
-  if (v == nullptr) {
-    return absl::NotFoundError(absl::StrCat(path_, ": metadata '", key, "' is missing"));
-  }
-  if (!v->is_array() || v->elem_type != GgufValueType::kString) {
-    return TypeError(path_, key, *v, "an array of string");
-  }
-  return &v->strings;
-}
-
-absl::StatusOr<const std::vector<double>*> GgufFile::GetFloatArray(const std::string& key) const {
-  const GgufValue* v = Find(key);
-  if (v == nullptr) {
-    return absl::NotFoundError(absl::StrCat(path_, ": metadata '", key, "' is missing"));
-  }
-  if (!v->is_array() ||
-      (v->elem_type != GgufValueType::kFloat32 && v->elem_type != GgufValueType::kFloat64)) {
-    return TypeError(path_, key, *v, "an array of float");
-  }
-  return &v->floats;
-}
-
-absl::StatusOr<const std::vector<int64_t>*> GgufFile::GetIntArray(const std::string& key) const {
-  const GgufValue* v = Find(key);
-  if (v == nullptr) {
-    return absl::NotFoundError(absl::StrCat(path_, ": metadata '", key, "' is missing"));
-  }
-  if (!v->is_array() || !IsIntType(v->elem_type)) {
-    return TypeError(path_, key, *v, "an array of integers");
-  }
-  return &v->ints;
 }
 
 }  // namespace treespec

@@ -45,6 +45,8 @@ enum class GgufValueType : uint32_t {
   kFloat64 = 12,
 };
 const char* GgufValueTypeName(GgufValueType t);
+// The eight integer types (uint8 ... int64).
+bool GgufIsIntType(GgufValueType t);
 
 // One metadata value. Scalars keep their declared type; arrays hold one
 // element type (nested arrays are rejected: no llama-family key uses them).

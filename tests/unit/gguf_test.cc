@@ -148,8 +148,7 @@ TEST(GgufCheckpointTest, AliasesOrConvertsPlainTensors) {
     ConvertToF32((*e)->data, dt, 8, got);
     EXPECT_EQ(got[7], 8.0f);
   }
-  EXPECT_EQ(GgufCheckpoint(*f, c, DType::kI32).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(GgufCheckpoint(*f, c, DType::kI32).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 struct BadCase {
