@@ -5,6 +5,8 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "core/model/gguf_model.h"
+#include "core/util/gguf.h"
 #include "core/util/json_fields.h"
 #include "core/util/mapped_file.h"
 #include "core/util/status_macros.h"
@@ -466,6 +468,10 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
 }
 
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
+  if (IsGgufPath(model_dir)) {
+    TS_ASSIGN_OR_RETURN(std::shared_ptr<const GgufFile> f, GgufFile::Open(model_dir));
+    return GgufModelConfig(*f);
+  }
   const std::string path = model_dir + "/config.json";
   TS_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
   TS_ASSIGN_OR_RETURN(ModelConfig mc, ParseModelConfig(text, path));

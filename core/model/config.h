@@ -104,7 +104,8 @@ struct ModelConfig {
 // Parses config.json text; `path` is used in error messages only.
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
                                              const std::string& path);
-// Reads <dir>/config.json (and <dir>/generation_config.json for eos ids).
+// Reads <dir>/config.json (and <dir>/generation_config.json for eos ids), or
+// the metadata of a "*.gguf" file (core/model/gguf_model.h).
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir);
 
 }  // namespace treespec

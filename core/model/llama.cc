@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "core/model/gguf_model.h"
 #include "core/spec/sampling.h"
 #include "core/spec/tree_packing.h"
 #include "core/util/status_macros.h"
@@ -117,6 +118,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const LlamaConfig
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& dir,
                                                              Backend* backend,
                                                              Communicator* comm) {
+  if (IsGgufPath(dir)) return LoadGgufLlamaModel(dir, backend, comm);
   TS_ASSIGN_OR_RETURN(ModelConfig mc, LoadModelConfig(dir));
   if (mc.arch != Architecture::kLlama) {
     return absl::InvalidArgumentError(

@@ -34,8 +34,8 @@ class LlamaModel {
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Create(const LlamaConfig& config,
                                                             WeightLoader* loader,
                                                             Communicator* comm);
-  // Convenience: opens <dir> (config + checkpoint), loads on `backend`, and
-  // rejects tensors the model does not use.
+  // Convenience: opens <dir> (config + checkpoint, or a "*.gguf" file), loads
+  // on `backend`, and rejects tensors the model does not use.
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(const std::string& dir,
                                                           Backend* backend,
                                                           Communicator* comm = nullptr);

@@ -113,7 +113,8 @@ struct SequenceModelOptions {
   absl::Status Validate() const;
 };
 
-// Loads the model in `dir` (kind from its config.json) on `backend`, sharded
+// Loads the model in `dir` (kind from its config.json; a "*.gguf" path is a
+// llama-family GGUF file, core/model/gguf_model.h) on `backend`, sharded
 // over `comm` when it is given with more than one rank (Llama only). Neither
 // is owned; both must outlive the model.
 absl::StatusOr<std::unique_ptr<SequenceModel>> LoadSequenceModel(
