@@ -14,7 +14,8 @@
 ABSL_FLAG(std::string, workers, "", "Worker group addresses ADDR[,ADDR...] (rank 0 of each)");
 ABSL_FLAG(std::string, drafters, "",
           "Drafter replicas NAME=ADDR[,NAME=ADDR...]; replicas may share a name");
-ABSL_FLAG(std::string, tokenizer, "", "Model directory whose tokenizer encodes text prompts");
+ABSL_FLAG(std::string, tokenizer, "",
+          "Model directory (or .gguf file) whose tokenizer encodes text prompts");
 ABSL_FLAG(std::string, default_drafter, "", "Drafter for speculation.drafter=auto (default: first)");
 ABSL_FLAG(std::string, default_tree, "3,2,2,1,1", "Tree shape when a request names none, or auto");
 ABSL_FLAG(std::string, bandit_trees, "chain:4;3,2,2,1,1;3,3,2,1;2,2,2,2;4,2,1",

@@ -11,7 +11,8 @@
 #include "rpc/service_main.h"
 
 ABSL_FLAG(std::string, kind, "mamba", "Drafter kind: mamba or transformer (must match --model)");
-ABSL_FLAG(std::string, model, "", "Hugging Face model directory of the drafter");
+ABSL_FLAG(std::string, model, "",
+          "Hugging Face model directory of the drafter, or a llama-family .gguf file");
 ABSL_FLAG(std::string, device, "cpu", "Backend: cpu, cpu:THREADS, cuda, cuda:N, cuda:N:bf16");
 ABSL_FLAG(int64_t, max_sequences, 64, "Most concurrently open sequences");
 ABSL_FLAG(int64_t, max_tree_nodes, 64, "Largest tree per sequence (root included)");

@@ -68,6 +68,14 @@ absl::Status TargetRunner::CheckOpen(const OpenSpec& spec) const {
                                                    " exceeds the context limit ",
                                                    options_.max_context));
   }
+  // The sequence grows to max_total tokens; a tree over it adds up to
+  // max_tree_nodes positions.
+  if (max_total + options_.max_tree_nodes > model_->info().max_positions) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_total_tokens ", max_total, " plus max_tree_nodes ", options_.max_tree_nodes,
+        " exceeds the model's exact position range ", model_->info().max_positions,
+        " (its RoPE type changes frequencies past it)"));
+  }
   if (static_cast<int64_t>(spec.prompt.size()) >= max_total) {
     return absl::InvalidArgumentError(absl::StrCat("prompt of ", spec.prompt.size(),
                                                    " tokens leaves no room under max_total_tokens ",

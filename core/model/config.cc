@@ -1,8 +1,12 @@
 #include "core/model/config.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "core/model/gguf_model.h"
+#include "core/util/gguf.h"
 #include "core/util/json_fields.h"
 #include "core/util/mapped_file.h"
 #include "core/util/status_macros.h"
@@ -15,7 +19,199 @@ absl::Status Positive(const JsonFields& f, const std::string& key, int64_t v) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<LlamaConfig> ParseLlama(const JsonFields& f, const nlohmann::json& j) {
+// hidden_act values computed exactly: transformers' ACT2FN maps both to SiLU.
+absl::Status CheckSilu(const JsonFields& f, const std::string& key) {
+  if (!f.Has(key)) return absl::OkStatus();
+  TS_ASSIGN_OR_RETURN(std::string act, f.String(key));
+  if (act != "silu" && act != "swish") {
+    return absl::UnimplementedError(absl::StrCat("config.json: ", key, " '", act,
+                                                 "' is not supported (only silu / swish)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<double>> DoubleList(const nlohmann::json& obj, const std::string& key,
+                                               size_t n) {
+  const std::string where = absl::StrCat("config.json: rope parameter '", key, "'");
+  if (!obj.contains(key) || !obj[key].is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, " must be a list of ", n, " numbers"));
+  }
+  std::vector<double> out;
+  for (const auto& e : obj[key]) {
+    if (!e.is_number()) return absl::InvalidArgumentError(absl::StrCat(where, " holds a non-number"));
+    out.push_back(e.get<double>());
+  }
+  if (out.size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, " has ", out.size(), " entries, expected head_dim / 2 = ", n));
+  }
+  return out;
+}
+
+// Reads RoPE from either layout into c->rope_theta / c->rope_scaling, the way
+// transformers' convert_rope_params_to_dict + standardize_rope_params do.
+absl::Status ParseRope(const JsonFields& f, const nlohmann::json& j, LlamaConfig* c) {
+  const bool has_new = f.Has("rope_parameters"), has_old = f.Has("rope_scaling");
+  // transformers prefers rope_scaling when both are present.
+  const char* key = has_old ? "rope_scaling" : "rope_parameters";
+  nlohmann::json rp = nlohmann::json::object();
+  if (has_old || has_new) {
+    rp = j[key];
+    if (!rp.is_object()) return f.Error(key, "must be an object");
+  }
+  for (const auto& [k, v] : rp.items()) {
+    if (v.is_object()) {
+      return absl::UnimplementedError(absl::StrCat(
+          "config.json: ", key, " nested by layer type ('", k,
+          "') is not supported; treespec applies one RoPE to every layer"));
+    }
+  }
+  JsonFields r(rp, absl::StrCat("config.json ", key));
+  // The rope_parameters entry first, then the top-level field, then 10000.
+  TS_ASSIGN_OR_RETURN(double top_theta, f.DoubleOr("rope_theta", 10000.0));
+  TS_ASSIGN_OR_RETURN(c->rope_theta, r.DoubleOr("rope_theta", top_theta));
+  if (!(c->rope_theta > 0)) return r.Error("rope_theta", "must be positive");
+  TS_ASSIGN_OR_RETURN(double top_partial, f.DoubleOr("partial_rotary_factor", 1.0));
+  TS_ASSIGN_OR_RETURN(double partial, r.DoubleOr("partial_rotary_factor", top_partial));
+  if (partial != 1.0) {
+    return absl::UnimplementedError(absl::StrCat(
+        "config.json: partial_rotary_factor ", partial, " is not supported (only 1.0)"));
+  }
+  std::string type = "default";
+  if (r.Has("rope_type")) {
+    TS_ASSIGN_OR_RETURN(type, r.String("rope_type"));
+  } else if (r.Has("type")) {
+    TS_ASSIGN_OR_RETURN(type, r.String("type"));
+  }
+  if (type == "default") return absl::OkStatus();
+  RopeScaling s;
+  s.type = type;
+  const int64_t half = c->head_dim / 2;
+  TS_ASSIGN_OR_RETURN(int64_t top_orig, f.IntOr("original_max_position_embeddings",
+                                                c->max_position_embeddings));
+  // llama3, yarn, longrope (standardize_rope_params): a top-level
+  // original_max_position_embeddings (Phi-3 style) wins over the rope entry,
+  // which defaults to max_position_embeddings.
+  if (f.Has("original_max_position_embeddings")) {
+    s.original_max_position_embeddings = top_orig;
+  } else {
+    TS_ASSIGN_OR_RETURN(s.original_max_position_embeddings,
+                        r.IntOr("original_max_position_embeddings", c->max_position_embeddings));
+  }
+  if (type == "linear" || type == "dynamic") {
+    TS_ASSIGN_OR_RETURN(s.factor, r.DoubleOr("factor", -1.0));
+    if (!r.Has("factor")) return r.Error("factor", "is missing");
+  } else if (type == "llama3") {
+    TS_ASSIGN_OR_RETURN(s.factor, r.DoubleOr("factor", -1.0));
+    TS_ASSIGN_OR_RETURN(s.low_freq_factor, r.DoubleOr("low_freq_factor", -1.0));
+    TS_ASSIGN_OR_RETURN(s.high_freq_factor, r.DoubleOr("high_freq_factor", -1.0));
+    for (const char* k : {"factor", "low_freq_factor", "high_freq_factor"}) {
+      if (!r.Has(k)) return r.Error(k, "is missing");
+    }
+    if (!(s.high_freq_factor > s.low_freq_factor)) {
+      return r.Error("high_freq_factor", "must exceed low_freq_factor");
+    }
+  } else if (type == "yarn" || type == "longrope") {
+    TS_ASSIGN_OR_RETURN(s.factor, r.DoubleOr("factor", static_cast<double>(c->max_position_embeddings) /
+                                                           s.original_max_position_embeddings));
+    if (r.Has("attention_factor")) {
+      TS_ASSIGN_OR_RETURN(double af, r.DoubleOr("attention_factor", 1.0));
+      s.attention_factor = af;
+    }
+    if (type == "yarn") {
+      TS_ASSIGN_OR_RETURN(s.beta_fast, r.DoubleOr("beta_fast", 32.0));
+      TS_ASSIGN_OR_RETURN(s.beta_slow, r.DoubleOr("beta_slow", 1.0));
+      if (s.beta_fast == 0) s.beta_fast = 32.0;  // transformers: `or 32`
+      if (s.beta_slow == 0) s.beta_slow = 1.0;
+      TS_ASSIGN_OR_RETURN(s.mscale, r.DoubleOr("mscale", 0.0));
+      TS_ASSIGN_OR_RETURN(s.mscale_all_dim, r.DoubleOr("mscale_all_dim", 0.0));
+      TS_ASSIGN_OR_RETURN(s.truncate, r.BoolOr("truncate", true));
+    } else {
+      TS_ASSIGN_OR_RETURN(s.short_factor, DoubleList(rp, "short_factor", half));
+      TS_ASSIGN_OR_RETURN(s.long_factor, DoubleList(rp, "long_factor", half));
+    }
+  } else {
+    return absl::UnimplementedError(absl::StrCat(
+        "config.json: rope type '", type,
+        "' is not supported (supported: default, linear, dynamic, yarn, longrope, llama3)"));
+  }
+  if (!(s.factor > 0)) return r.Error("factor", absl::StrCat("must be positive, got ", s.factor));
+  if (s.original_max_position_embeddings <= 0) {
+    return r.Error("original_max_position_embeddings", "must be positive");
+  }
+  c->rope_scaling = s;
+  return absl::OkStatus();
+}
+
+// Biases, q/k norms and the sliding window, by architecture as transformers
+// builds them (modeling_{llama,mistral,qwen2,qwen3}.py).
+absl::Status ParseBiasesAndWindow(const JsonFields& f, const nlohmann::json& j,
+                                  const std::string& arch, LlamaConfig* c) {
+  const bool is_llama = arch == "LlamaForCausalLM", is_mistral = arch == "MistralForCausalLM";
+  const bool is_qwen2 = arch == "Qwen2ForCausalLM", is_qwen3 = arch == "Qwen3ForCausalLM";
+  if (is_llama || is_qwen3) {
+    TS_ASSIGN_OR_RETURN(bool attention_bias, f.BoolOr("attention_bias", false));
+    c->qkv_bias = c->o_bias = attention_bias;
+  }
+  if (is_qwen2) c->qkv_bias = true;
+  if (is_llama) {
+    TS_ASSIGN_OR_RETURN(c->mlp_bias, f.BoolOr("mlp_bias", false));
+  }
+  c->qk_norm = is_qwen3;
+  if (is_mistral) {
+    // MistralConfig: a missing sliding_window means 4096, null means none.
+    if (!j.contains("sliding_window")) {
+      c->sliding_window = 4096;
+    } else if (!j["sliding_window"].is_null()) {
+      TS_ASSIGN_OR_RETURN(int64_t w, f.Int("sliding_window"));
+      c->sliding_window = w;
+    }
+  }
+  if (is_qwen2 || is_qwen3) {
+    // Qwen2/3Config: layers i >= max_window_layers slide when use_sliding_window.
+    TS_ASSIGN_OR_RETURN(bool use, f.BoolOr("use_sliding_window", false));
+    std::optional<int64_t> window;
+    if (use && !(j.contains("sliding_window") && j["sliding_window"].is_null())) {
+      TS_ASSIGN_OR_RETURN(window, f.IntOr("sliding_window", 4096));
+    }
+    std::vector<bool> sliding(c->num_layers, false);
+    if (f.Has("layer_types")) {
+      const auto& lt = j["layer_types"];
+      if (!lt.is_array() || static_cast<int64_t>(lt.size()) != c->num_layers) {
+        return f.Error("layer_types", "must be a list with one entry per layer");
+      }
+      for (int64_t i = 0; i < c->num_layers; ++i) {
+        std::string t = lt[i].is_string() ? lt[i].get<std::string>() : "";
+        if (t != "full_attention" && t != "sliding_attention") {
+          return f.Error("layer_types", absl::StrCat("entry ", i, " is ", lt[i].dump()));
+        }
+        sliding[i] = t == "sliding_attention";
+      }
+    } else if (window) {
+      TS_ASSIGN_OR_RETURN(int64_t max_window_layers, f.IntOr("max_window_layers", 28));
+      for (int64_t i = std::max<int64_t>(max_window_layers, 0); i < c->num_layers; ++i) {
+        sliding[i] = true;
+      }
+    }
+    int64_t num_sliding = 0;
+    for (bool b : sliding) num_sliding += b;
+    if (window && num_sliding == c->num_layers) {
+      c->sliding_window = window;
+    } else if (window && num_sliding > 0) {
+      return absl::UnimplementedError(absl::StrCat(
+          "config.json: use_sliding_window with ", num_sliding, " of ", c->num_layers,
+          " layers sliding (max_window_layers / layer_types) is not supported; treespec applies "
+          "one window to every layer"));
+    }
+  }
+  if (c->sliding_window && *c->sliding_window <= 0) {
+    return f.Error("sliding_window", absl::StrCat("must be positive, got ", *c->sliding_window));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LlamaConfig> ParseLlama(const JsonFields& f, const nlohmann::json& j,
+                                       const std::string& arch) {
   LlamaConfig c;
   TS_ASSIGN_OR_RETURN(c.vocab_size, f.Int("vocab_size"));
   TS_ASSIGN_OR_RETURN(c.hidden_size, f.Int("hidden_size"));
@@ -36,54 +232,19 @@ absl::StatusOr<LlamaConfig> ParseLlama(const JsonFields& f, const nlohmann::json
                    absl::StrCat("(", c.num_kv_heads, ") must divide num_attention_heads (",
                                 c.num_heads, ")"));
   }
-  TS_ASSIGN_OR_RETURN(c.head_dim, f.IntOr("head_dim", c.hidden_size / c.num_heads));
+  // transformers' Qwen3Config defaults head_dim to 128; the others derive it.
+  TS_ASSIGN_OR_RETURN(c.head_dim, f.IntOr("head_dim", arch == "Qwen3ForCausalLM"
+                                                          ? 128
+                                                          : c.hidden_size / c.num_heads));
   if (c.head_dim <= 0 || c.head_dim % 2 != 0) {
     return f.Error("head_dim", absl::StrCat("must be positive and even, got ", c.head_dim));
   }
   TS_ASSIGN_OR_RETURN(c.rms_norm_eps, f.DoubleOr("rms_norm_eps", 1e-6));
-  TS_ASSIGN_OR_RETURN(c.rope_theta, f.DoubleOr("rope_theta", 10000.0));
   TS_ASSIGN_OR_RETURN(c.max_position_embeddings, f.IntOr("max_position_embeddings", 2048));
   TS_ASSIGN_OR_RETURN(c.tie_word_embeddings, f.BoolOr("tie_word_embeddings", false));
-  TS_ASSIGN_OR_RETURN(bool attention_bias, f.BoolOr("attention_bias", false));
-  if (attention_bias) return absl::UnimplementedError(absl::StrCat("attention_bias=true is not supported"));
-  TS_ASSIGN_OR_RETURN(bool mlp_bias, f.BoolOr("mlp_bias", false));
-  if (mlp_bias) return absl::UnimplementedError("mlp_bias=true is not supported");
-  if (f.Has("hidden_act")) {
-    TS_ASSIGN_OR_RETURN(std::string act, f.String("hidden_act"));
-    if (act != "silu") {
-      return absl::UnimplementedError(absl::StrCat("hidden_act '", act, "' is not supported"));
-    }
-  }
-  if (f.Has("sliding_window")) {
-    TS_ASSIGN_OR_RETURN(int64_t w, f.Int("sliding_window"));
-    c.sliding_window = w;
-  }
-  if (f.Has("rope_scaling")) {
-    const auto& rs = j["rope_scaling"];
-    if (!rs.is_object()) return f.Error("rope_scaling", "must be an object");
-    JsonFields r(rs, "rope_scaling");
-    std::string type;
-    if (r.Has("rope_type")) {
-      TS_ASSIGN_OR_RETURN(type, r.String("rope_type"));
-    } else {
-      TS_ASSIGN_OR_RETURN(type, r.String("type"));
-    }
-    if (type == "default") {
-      // no scaling
-    } else if (type == "llama3") {
-      RopeScaling s;
-      s.type = type;
-      TS_ASSIGN_OR_RETURN(s.factor, r.DoubleOr("factor", 8.0));
-      TS_ASSIGN_OR_RETURN(s.low_freq_factor, r.DoubleOr("low_freq_factor", 1.0));
-      TS_ASSIGN_OR_RETURN(s.high_freq_factor, r.DoubleOr("high_freq_factor", 4.0));
-      TS_ASSIGN_OR_RETURN(s.original_max_position_embeddings,
-                          r.IntOr("original_max_position_embeddings", 8192));
-      c.rope_scaling = s;
-    } else {
-      return absl::UnimplementedError(
-          absl::StrCat("config.json: rope_scaling type '", type, "' is not supported"));
-    }
-  }
+  TS_RETURN_IF_ERROR(CheckSilu(f, "hidden_act"));
+  TS_RETURN_IF_ERROR(ParseRope(f, j, &c));
+  TS_RETURN_IF_ERROR(ParseBiasesAndWindow(f, j, arch, &c));
   return c;
 }
 
@@ -119,6 +280,8 @@ absl::StatusOr<MambaConfig> ParseMamba(const JsonFields& f, const nlohmann::json
   TS_ASSIGN_OR_RETURN(c.use_conv_bias, f.BoolOr("use_conv_bias", true));
   TS_ASSIGN_OR_RETURN(c.tie_word_embeddings, f.BoolOr("tie_word_embeddings", true));
   if (c.use_bias) return absl::UnimplementedError("mamba use_bias=true is not supported");
+  // MambaMixer applies ACT2FN[hidden_act] after the conv and to the gate.
+  TS_RETURN_IF_ERROR(CheckSilu(f, "hidden_act"));
   return c;
 }
 
@@ -144,38 +307,115 @@ absl::Status ReadTokenIds(const nlohmann::json& j, const std::string& key,
 
 }  // namespace
 
+// Mirrors transformers' modeling_rope_utils.py _compute_*_parameters,
+// including which steps run in float32 (tensors) and which in double (Python
+// floats), so the frequencies match bit for bit or within one float32 ulp.
 std::vector<float> LlamaConfig::InvFreq() const {
   const int64_t half = head_dim / 2;
-  std::vector<float> inv(half);
-  for (int64_t i = 0; i < half; ++i) {
-    // As transformers: base ** (arange(0, dim, 2) / dim) in float32.
-    float expo = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-    inv[i] = 1.0f / std::pow(static_cast<float>(rope_theta), expo);
+  const float dim = static_cast<float>(head_dim);
+  double base = rope_theta;
+  const RopeScaling* s = rope_scaling ? &*rope_scaling : nullptr;
+  if (s != nullptr && s->type == "dynamic") {
+    // At initialisation (and for every sequence length up to
+    // max_position_embeddings, the only ones MaxExactPosition admits)
+    // seq_len = max_position_embeddings.
+    const double seq_len = static_cast<double>(max_position_embeddings);
+    base = base * std::pow(s->factor * seq_len / static_cast<double>(max_position_embeddings) -
+                               (s->factor - 1.0),
+                           static_cast<double>(head_dim) / static_cast<double>(head_dim - 2));
   }
-  if (rope_scaling && rope_scaling->type == "llama3") {
-    const RopeScaling& s = *rope_scaling;
-    const double old_len = static_cast<double>(s.original_max_position_embeddings);
-    const double low_wavelen = old_len / s.low_freq_factor;
-    const double high_wavelen = old_len / s.high_freq_factor;
+  // base ** (arange(0, dim, 2) / dim) in float32.
+  std::vector<float> pos_freq(half), inv(half);
+  for (int64_t i = 0; i < half; ++i) {
+    pos_freq[i] = std::pow(static_cast<float>(base), static_cast<float>(2 * i) / dim);
+    inv[i] = 1.0f / pos_freq[i];
+  }
+  if (s == nullptr || s->type == "dynamic") return inv;
+  if (s->type == "linear") {
+    for (float& f : inv) f = f / static_cast<float>(s->factor);
+  } else if (s->type == "llama3") {
+    const double old_len = static_cast<double>(s->original_max_position_embeddings);
+    const double low_wavelen = old_len / s->low_freq_factor;
+    const double high_wavelen = old_len / s->high_freq_factor;
     for (int64_t i = 0; i < half; ++i) {
       const float f = inv[i];
       const double wavelen = 2.0 * M_PI / f;
-      float scaled = wavelen > low_wavelen ? static_cast<float>(f / s.factor) : f;
+      float scaled = wavelen > low_wavelen ? static_cast<float>(f / s->factor) : f;
       if (!(wavelen < high_wavelen) && !(wavelen > low_wavelen)) {
-        double smooth = (old_len / wavelen - s.low_freq_factor) /
-                        (s.high_freq_factor - s.low_freq_factor);
-        scaled = static_cast<float>((1.0 - smooth) * scaled / s.factor + smooth * scaled);
+        double smooth = (old_len / wavelen - s->low_freq_factor) /
+                        (s->high_freq_factor - s->low_freq_factor);
+        scaled = static_cast<float>((1.0 - smooth) * scaled / s->factor + smooth * scaled);
       }
       inv[i] = scaled;
     }
+  } else if (s->type == "yarn") {
+    const double d = static_cast<double>(head_dim);
+    const double orig = static_cast<double>(s->original_max_position_embeddings);
+    auto correction_dim = [&](double num_rotations) {
+      return (d * std::log(orig / (num_rotations * 2 * M_PI))) / (2 * std::log(base));
+    };
+    double low = correction_dim(s->beta_fast), high = correction_dim(s->beta_slow);
+    if (s->truncate) {
+      low = std::floor(low);
+      high = std::ceil(high);
+    }
+    low = std::max(low, 0.0);
+    high = std::min(high, d - 1);
+    if (low == high) high += 0.001;
+    const float lo = static_cast<float>(low), span = static_cast<float>(high - low);
+    const float factor = static_cast<float>(s->factor);
+    for (int64_t i = 0; i < half; ++i) {
+      const float ramp = std::clamp((static_cast<float>(i) - lo) / span, 0.0f, 1.0f);
+      const float extrapolation = 1.0f - ramp;
+      const float interp = 1.0f / (factor * pos_freq[i]);
+      inv[i] = interp * (1.0f - extrapolation) + inv[i] * extrapolation;
+    }
+  } else if (s->type == "longrope") {
+    // Short factors: sequence lengths up to original_max_position_embeddings.
+    for (int64_t i = 0; i < half; ++i) {
+      inv[i] = 1.0f / (static_cast<float>(s->short_factor[i]) * pos_freq[i]);
+    }
   }
   return inv;
+}
+
+double LlamaConfig::RopeAttentionFactor() const {
+  if (!rope_scaling) return 1.0;
+  const RopeScaling& s = *rope_scaling;
+  if (s.attention_factor) return *s.attention_factor;
+  if (s.type == "yarn") {
+    auto mscale = [](double scale, double m) {
+      return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0;
+    };
+    if (s.mscale != 0 && s.mscale_all_dim != 0) {
+      return mscale(s.factor, s.mscale) / mscale(s.factor, s.mscale_all_dim);
+    }
+    return mscale(s.factor, 1.0);
+  }
+  if (s.type == "longrope") {
+    if (s.factor <= 1.0) return 1.0;
+    return std::sqrt(1 + std::log(s.factor) /
+                             std::log(static_cast<double>(s.original_max_position_embeddings)));
+  }
+  return 1.0;
+}
+
+int64_t LlamaConfig::MaxExactPosition() const {
+  if (rope_scaling && rope_scaling->type == "dynamic") return max_position_embeddings;
+  if (rope_scaling && rope_scaling->type == "longrope") {
+    return rope_scaling->original_max_position_embeddings;
+  }
+  return std::numeric_limits<int64_t>::max();
 }
 
 int64_t LlamaConfig::NumParameters() const {
   int64_t attn = hidden_size * head_dim * (num_heads * 2 + num_kv_heads * 2);
   int64_t mlp = 3 * hidden_size * intermediate_size;
   int64_t per_layer = attn + mlp + 2 * hidden_size;
+  if (qkv_bias) per_layer += (num_heads + 2 * num_kv_heads) * head_dim;
+  if (o_bias) per_layer += hidden_size;
+  if (mlp_bias) per_layer += 2 * intermediate_size + hidden_size;
+  if (qk_norm) per_layer += 2 * head_dim;
   int64_t emb = vocab_size * hidden_size;
   return num_layers * per_layer + emb * (tie_word_embeddings ? 1 : 2) + hidden_size;
 }
@@ -200,14 +440,17 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
     TS_ASSIGN_OR_RETURN(std::string mt, f.String("model_type"));
     mc.architecture_name = mt == "llama" ? "LlamaForCausalLM"
                            : mt == "mistral" ? "MistralForCausalLM"
+                           : mt == "qwen2" ? "Qwen2ForCausalLM"
+                           : mt == "qwen3" ? "Qwen3ForCausalLM"
                            : mt == "mamba" ? "MambaForCausalLM" : mt;
   } else {
     return f.Error("architectures", "is missing (and no model_type)");
   }
   const std::string& a = mc.architecture_name;
-  if (a == "LlamaForCausalLM" || a == "MistralForCausalLM") {
+  if (a == "LlamaForCausalLM" || a == "MistralForCausalLM" || a == "Qwen2ForCausalLM" ||
+      a == "Qwen3ForCausalLM") {
     mc.arch = Architecture::kLlama;
-    TS_ASSIGN_OR_RETURN(mc.llama, ParseLlama(f, j));
+    TS_ASSIGN_OR_RETURN(mc.llama, ParseLlama(f, j, a));
   } else if (a == "MambaForCausalLM") {
     mc.arch = Architecture::kMamba;
     TS_ASSIGN_OR_RETURN(mc.mamba, ParseMamba(f, j));
@@ -215,7 +458,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
     return absl::UnimplementedError(
         absl::StrCat(path, ": architecture '", a,
                      "' is not supported (supported: LlamaForCausalLM, MistralForCausalLM, "
-                     "MambaForCausalLM)"));
+                     "Qwen2ForCausalLM, Qwen3ForCausalLM, MambaForCausalLM)"));
   }
   TS_RETURN_IF_ERROR(ReadTokenIds(j, "eos_token_id", path, &mc.eos_token_ids));
   std::vector<int64_t> bos;
@@ -225,6 +468,10 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
 }
 
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
+  if (IsGgufPath(model_dir)) {
+    TS_ASSIGN_OR_RETURN(std::shared_ptr<const GgufFile> f, GgufFile::Open(model_dir));
+    return GgufModelConfig(*f);
+  }
   const std::string path = model_dir + "/config.json";
   TS_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
   TS_ASSIGN_OR_RETURN(ModelConfig mc, ParseModelConfig(text, path));

@@ -14,12 +14,29 @@
 
 namespace treespec {
 
+// RoPE parameters, from either config layout: transformers >= 5 writes one
+// `rope_parameters` object (rope_type, rope_theta, ...); older files have a
+// top-level `rope_theta` and an optional `rope_scaling` object (type or
+// rope_type). Every type transformers defines for the Llama family is
+// computed as its modeling_rope_utils.py does (see LlamaConfig::InvFreq).
 struct RopeScaling {
-  std::string type;  // "llama3"
+  // "linear", "dynamic", "yarn", "longrope" or "llama3" ("default" is no scaling).
+  std::string type;
   double factor = 1.0;
+  int64_t original_max_position_embeddings = 8192;
+  // llama3
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
-  int64_t original_max_position_embeddings = 8192;
+  // yarn
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  double mscale = 0.0;          // 0: absent
+  double mscale_all_dim = 0.0;  // 0: absent
+  bool truncate = true;
+  // yarn and longrope: multiplies cos and sin (absent: derived from factor).
+  std::optional<double> attention_factor;
+  // longrope: per-frequency divisors [head_dim / 2].
+  std::vector<double> short_factor, long_factor;
 };
 
 struct LlamaConfig {
@@ -35,10 +52,22 @@ struct LlamaConfig {
   std::optional<RopeScaling> rope_scaling;
   int64_t max_position_embeddings = 2048;
   bool tie_word_embeddings = false;
+  // Every layer attends only to keys at positions p with q - p < window
+  // (transformers' sliding_window_overlay), tree nodes by their own position.
   std::optional<int64_t> sliding_window;
+  bool qkv_bias = false;  // q/k/v projections have biases (attention_bias, Qwen2)
+  bool o_bias = false;    // o_proj has a bias (attention_bias)
+  bool mlp_bias = false;  // gate/up/down projections have biases (mlp_bias)
+  bool qk_norm = false;   // per-head RMSNorm of q and k before RoPE (Qwen3)
 
-  // RoPE inverse frequencies [head_dim / 2] (with llama3 scaling applied).
+  // RoPE inverse frequencies [head_dim / 2], with the scaling applied.
   std::vector<float> InvFreq() const;
+  // The factor transformers multiplies cos and sin by (yarn, longrope; else 1).
+  double RopeAttentionFactor() const;
+  // Positions at or past this limit are refused by the model: "dynamic" and
+  // "longrope" change the frequencies there with the length of each forward
+  // call in transformers, which a cache of already-rotated keys cannot match.
+  int64_t MaxExactPosition() const;
   int64_t NumParameters() const;
 };
 
@@ -75,7 +104,8 @@ struct ModelConfig {
 // Parses config.json text; `path` is used in error messages only.
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
                                              const std::string& path);
-// Reads <dir>/config.json (and <dir>/generation_config.json for eos ids).
+// Reads <dir>/config.json (and <dir>/generation_config.json for eos ids), or
+// the metadata of a "*.gguf" file (core/model/gguf_model.h).
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir);
 
 }  // namespace treespec

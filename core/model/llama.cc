@@ -2,8 +2,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "core/model/gguf_model.h"
 #include "core/spec/sampling.h"
 #include "core/spec/tree_packing.h"
 #include "core/util/status_macros.h"
@@ -85,6 +88,25 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const LlamaConfig
                         loader->LoadRows({{L(i, "mlp.gate_proj.weight"), {F, D}, f0, f1},
                                           {L(i, "mlp.up_proj.weight"), {F, D}, f0, f1}}));
     TS_ASSIGN_OR_RETURN(layer.w_down, loader->LoadCols(L(i, "mlp.down_proj.weight"), {D, F}, f0, f1));
+    if (config.qkv_bias) {
+      TS_ASSIGN_OR_RETURN(layer.b_qkv,
+                          loader->LoadRows({{L(i, "self_attn.q_proj.bias"), {H * Dh}, q0, q1},
+                                            {L(i, "self_attn.k_proj.bias"), {Hkv * Dh}, k0, k1},
+                                            {L(i, "self_attn.v_proj.bias"), {Hkv * Dh}, k0, k1}}));
+    }
+    if (config.o_bias) {
+      TS_ASSIGN_OR_RETURN(layer.b_o, loader->Load(L(i, "self_attn.o_proj.bias"), {D}));
+    }
+    if (config.mlp_bias) {
+      TS_ASSIGN_OR_RETURN(layer.b_gate_up,
+                          loader->LoadRows({{L(i, "mlp.gate_proj.bias"), {F}, f0, f1},
+                                            {L(i, "mlp.up_proj.bias"), {F}, f0, f1}}));
+      TS_ASSIGN_OR_RETURN(layer.b_down, loader->Load(L(i, "mlp.down_proj.bias"), {D}));
+    }
+    if (config.qk_norm) {
+      TS_ASSIGN_OR_RETURN(layer.q_norm, loader->LoadNorm(L(i, "self_attn.q_norm.weight"), {Dh}));
+      TS_ASSIGN_OR_RETURN(layer.k_norm, loader->LoadNorm(L(i, "self_attn.k_norm.weight"), {Dh}));
+    }
     m->layers_.push_back(std::move(layer));
   }
   std::vector<float> inv = config.InvFreq();
@@ -96,6 +118,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const LlamaConfig
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& dir,
                                                              Backend* backend,
                                                              Communicator* comm) {
+  if (IsGgufPath(dir)) return LoadGgufLlamaModel(dir, backend, comm);
   TS_ASSIGN_OR_RETURN(ModelConfig mc, LoadModelConfig(dir));
   if (mc.arch != Architecture::kLlama) {
     return absl::InvalidArgumentError(
@@ -141,6 +164,11 @@ absl::Status LlamaModel::Forward(const std::vector<ForwardSeq>& seqs, PagedKvCac
     if (s.num_prior < 0) return absl::InvalidArgumentError("forward: negative num_prior");
   }
   TS_ASSIGN_OR_RETURN(AttentionBatch batch, cache->BuildBatch(kv_ids, num_new, num_prior));
+  if (config_.sliding_window) {
+    batch.sliding_window = static_cast<int32_t>(
+        std::min<int64_t>(*config_.sliding_window, std::numeric_limits<int32_t>::max()));
+    batch.tail_depth_offset.assign(seqs.size(), -1);
+  }
   for (size_t si = 0; si < seqs.size(); ++si) {
     const ForwardSeq& s = seqs[si];
     const int n = static_cast<int>(s.tokens.size());
@@ -168,6 +196,21 @@ absl::Status LlamaModel::Forward(const std::vector<ForwardSeq>& seqs, PagedKvCac
       batch.mask_words.insert(batch.mask_words.end(), packed.masks.begin() + prior * words,
                               packed.masks.end());
       for (int i = prior; i < total; ++i) positions.push_back(base + packed.depth[i]);
+      if (config_.sliding_window) {
+        batch.tail_depth_offset[si] = static_cast<int32_t>(batch.tail_depths.size());
+        batch.tail_depths.insert(batch.tail_depths.end(), packed.depth.begin(),
+                                 packed.depth.end());
+      }
+    }
+    const int64_t limit = config_.MaxExactPosition();
+    for (int32_t i = t0; i < static_cast<int32_t>(positions.size()); ++i) {
+      if (positions[i] >= limit) {
+        return absl::OutOfRangeError(absl::StrCat(
+            "position ", positions[i], " is past ", limit, " (rope type '",
+            config_.rope_scaling->type,
+            "'): transformers switches frequencies there depending on each forward call's "
+            "length while cached keys keep theirs, which treespec does not reproduce"));
+      }
     }
     if (s.logits == LogitsMode::kLast && n > 0) logit_rows.push_back(t0 + n - 1);
     if (s.logits == LogitsMode::kAll) {
@@ -201,7 +244,11 @@ absl::Status LlamaModel::Forward(const std::vector<ForwardSeq>& seqs, PagedKvCac
   TS_ASSIGN_OR_RETURN(Tensor attn, workspace_.Get(4, {T, heads_, Dh}));
   TS_ASSIGN_OR_RETURN(Tensor gu, workspace_.Get(5, {T, 2 * ffn_}));
   TS_ASSIGN_OR_RETURN(Tensor act, workspace_.Get(6, {T, ffn_}));
-  const float scale = 1.0f / std::sqrt(static_cast<float>(Dh));
+  // yarn / longrope multiply cos and sin, hence q and k, by the attention
+  // factor a; q·k scales by a², folded into the softmax scale.
+  const double rope_af = config_.RopeAttentionFactor();
+  const float scale =
+      static_cast<float>(rope_af * rope_af) * (1.0f / std::sqrt(static_cast<float>(Dh)));
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const bool tp = shard_.size > 1;
 
@@ -210,17 +257,25 @@ absl::Status LlamaModel::Forward(const std::vector<ForwardSeq>& seqs, PagedKvCac
     const Layer& w = layers_[l];
     TS_RETURN_IF_ERROR(be->RmsNorm(x, w.ln1, eps, &h));
     TS_RETURN_IF_ERROR(be->Linear(h, w.w_qkv, &qkv));
+    if (config_.qkv_bias) TS_RETURN_IF_ERROR(be->AddBias(&qkv, w.b_qkv));
+    if (config_.qk_norm) {
+      TS_RETURN_IF_ERROR(be->HeadRmsNorm(&qkv, w.q_norm, 0, heads_, eps));
+      TS_RETURN_IF_ERROR(be->HeadRmsNorm(&qkv, w.k_norm, heads_, kv_heads_, eps));
+    }
     TS_RETURN_IF_ERROR(be->QkvRope(qkv, pos, inv_freq_, *plan, &q, cache->k(l), cache->v(l)));
     TS_RETURN_IF_ERROR(be->Attention(q, *cache->k(l), *cache->v(l), *plan, scale, &attn));
     Tensor attn2 = attn.Reshape({T, heads_ * Dh});
     TS_RETURN_IF_ERROR(be->Linear(attn2, w.w_o, &h));
     if (tp) TS_RETURN_IF_ERROR(comm_->AllReduceSum(&h));
+    if (config_.o_bias) TS_RETURN_IF_ERROR(be->AddBias(&h, w.b_o));
     TS_RETURN_IF_ERROR(be->Add(x, h, &x));
     TS_RETURN_IF_ERROR(be->RmsNorm(x, w.ln2, eps, &h));
     TS_RETURN_IF_ERROR(be->Linear(h, w.w_gate_up, &gu));
+    if (config_.mlp_bias) TS_RETURN_IF_ERROR(be->AddBias(&gu, w.b_gate_up));
     TS_RETURN_IF_ERROR(be->SiluMul(gu, &act));
     TS_RETURN_IF_ERROR(be->Linear(act, w.w_down, &h));
     if (tp) TS_RETURN_IF_ERROR(comm_->AllReduceSum(&h));
+    if (config_.mlp_bias) TS_RETURN_IF_ERROR(be->AddBias(&h, w.b_down));
     TS_RETURN_IF_ERROR(be->Add(x, h, &x));
     TS_RETURN_IF_ERROR(CopyHidden(static_cast<int32_t>(l), hidden_layers, x, logit_rows, out));
   }

@@ -1,8 +1,11 @@
-// LlamaModel: the Llama family (LlamaForCausalLM and Mistral-style configs:
-// GQA, RoPE with rope_theta and llama3 scaling, SwiGLU, RMSNorm, tied or
-// untied embeddings) on any Backend, optionally tensor-parallel (Megatron:
-// column-parallel q/k/v and gate/up, row-parallel o/down with an all-reduce
-// after each, vocab-parallel LM head with an all-gather).
+// LlamaModel: the Llama family (LlamaForCausalLM, MistralForCausalLM,
+// Qwen2ForCausalLM, Qwen3ForCausalLM: GQA, RoPE of every type in config.h,
+// optional sliding window, q/k/v/o and MLP biases, Qwen3's per-head q/k
+// RMSNorm, SwiGLU, RMSNorm, tied or untied embeddings) on any Backend,
+// optionally tensor-parallel (Megatron: column-parallel q/k/v and gate/up with
+// their bias slices, row-parallel o/down with an all-reduce after each and
+// their biases added once after it, q/k norms replicated (they act per head),
+// vocab-parallel LM head with an all-gather).
 //
 // Forward runs one packed pass over many sequences (prefill chunks, decode
 // tokens and token trees together) against a PagedKvCache.
@@ -31,8 +34,8 @@ class LlamaModel {
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Create(const LlamaConfig& config,
                                                             WeightLoader* loader,
                                                             Communicator* comm);
-  // Convenience: opens <dir> (config + checkpoint), loads on `backend`, and
-  // rejects tensors the model does not use.
+  // Convenience: opens <dir> (config + checkpoint, or a "*.gguf" file), loads
+  // on `backend`, and rejects tensors the model does not use.
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(const std::string& dir,
                                                           Backend* backend,
                                                           Communicator* comm = nullptr);
@@ -58,6 +61,8 @@ class LlamaModel {
  private:
   struct Layer {
     Tensor ln1, w_qkv, w_o, ln2, w_gate_up, w_down;
+    Tensor b_qkv, b_o, b_gate_up, b_down;  // empty when the config has no such bias
+    Tensor q_norm, k_norm;                 // [head_dim], Qwen3 only
   };
   LlamaModel() = default;
   // Downloads rows `logit_rows` of x [T, D] for each request of `layer`.

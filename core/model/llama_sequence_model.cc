@@ -15,6 +15,7 @@ absl::StatusOr<std::unique_ptr<LlamaSequenceModel>> LlamaSequenceModel::Create(
   m->info_.vocab_size = c.vocab_size;
   m->info_.hidden_size = c.hidden_size;
   m->info_.num_layers = c.num_layers;
+  m->info_.max_positions = c.MaxExactPosition();
   m->model_ = std::move(model);
   return m;
 }

@@ -179,6 +179,14 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
   return ckpt;
 }
 
+std::unique_ptr<Checkpoint> Checkpoint::FromTensors(std::string origin,
+                                                   std::map<std::string, TensorInfo> tensors) {
+  auto ckpt = std::make_unique<Checkpoint>();
+  ckpt->dir_ = std::move(origin);
+  ckpt->tensors_ = std::move(tensors);
+  return ckpt;
+}
+
 absl::StatusOr<const TensorInfo*> Checkpoint::Find(const std::string& name,
                                                    const Shape& expected) {
   auto it = tensors_.find(name);

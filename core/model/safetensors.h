@@ -32,7 +32,7 @@ struct TensorInfo {
   Shape shape;
   const uint8_t* data = nullptr;  // inside the mapping
   size_t nbytes = 0;
-  std::shared_ptr<MappedFile> mapping;
+  std::shared_ptr<const void> mapping;  // keeps `data` alive (a MappedFile or a buffer)
 };
 
 // Largest JSON header accepted (the format's own reference limit is 100 MB).
@@ -56,7 +56,7 @@ struct HostSlice {
   Shape shape;
   const void* data = nullptr;         // either into the mapping or into `owned`
   std::vector<uint8_t> owned;
-  std::shared_ptr<MappedFile> mapping;
+  std::shared_ptr<const void> mapping;
 };
 
 class Checkpoint {
@@ -64,6 +64,10 @@ class Checkpoint {
   // Opens <dir>/model.safetensors, or every shard named by
   // <dir>/model.safetensors.index.json.
   static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::string& model_dir);
+  // A checkpoint over tensors another reader prepared (e.g. dequantised GGUF);
+  // `origin` names it in errors.
+  static std::unique_ptr<Checkpoint> FromTensors(std::string origin,
+                                                 std::map<std::string, TensorInfo> tensors);
 
   // The tensor `name`, checked against `expected` shape; marks it used.
   absl::StatusOr<const TensorInfo*> Find(const std::string& name, const Shape& expected);

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/model/config.h"
+#include "core/model/gguf_model.h"
 #include "core/model/llama_sequence_model.h"
 #include "core/model/mamba_sequence_model.h"
 #include "core/util/status_macros.h"
@@ -49,6 +50,13 @@ absl::StatusOr<std::unique_ptr<SequenceModel>> LoadSequenceModel(
     const std::string& dir, Backend* backend, Communicator* comm,
     const SequenceModelOptions& options) {
   TS_RETURN_IF_ERROR(options.Validate());
+  if (IsGgufPath(dir)) {
+    TS_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LoadGgufLlamaModel(dir, backend, comm));
+    TS_ASSIGN_OR_RETURN(std::unique_ptr<LlamaSequenceModel> m,
+                        LlamaSequenceModel::Create(std::move(model), options.kv_blocks,
+                                                   options.kv_block_size));
+    return std::unique_ptr<SequenceModel>(std::move(m));
+  }
   TS_ASSIGN_OR_RETURN(ModelConfig mc, LoadModelConfig(dir));
   if (mc.arch == Architecture::kMamba) {
     if (comm != nullptr && comm->size() > 1) {

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,6 +49,9 @@ struct ModelInfo {
   int64_t num_layers = 0;
   // Recurrent models support SnapshotState / CopyState / RestoreState.
   bool is_recurrent = false;
+  // Forward refuses token positions >= this (LlamaConfig::MaxExactPosition:
+  // dynamic / longrope RoPE); callers refuse sequences that could reach it.
+  int64_t max_positions = std::numeric_limits<int64_t>::max();
 };
 
 // Memory accounting in the model's own unit: KV blocks of block_size tokens
@@ -109,7 +113,8 @@ struct SequenceModelOptions {
   absl::Status Validate() const;
 };
 
-// Loads the model in `dir` (kind from its config.json) on `backend`, sharded
+// Loads the model in `dir` (kind from its config.json; a "*.gguf" path is a
+// llama-family GGUF file, core/model/gguf_model.h) on `backend`, sharded
 // over `comm` when it is given with more than one rank (Llama only). Neither
 // is owned; both must outlive the model.
 absl::StatusOr<std::unique_ptr<SequenceModel>> LoadSequenceModel(

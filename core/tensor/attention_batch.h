@@ -39,6 +39,17 @@ struct AttentionBatch {
   // words_s]; bit j set = new token i sees tail column j.
   std::vector<int32_t> mask_offset;   // [S]
   std::vector<uint64_t> mask_words;
+  // Sliding-window attention (Mistral, Qwen2): 0 = none. Otherwise a query at
+  // RoPE position q sees only keys at positions p with q - p < sliding_window
+  // (transformers' sliding_window_overlay), on top of the masks above. The
+  // position of committed key p is p; that of tail column j is
+  // context_lens[s] + TailDepth(s, j), so a tree node's window is taken from
+  // its own position (length + depth), as the path decoded alone would be.
+  int32_t sliding_window = 0;
+  // tail_depth_offset[s] == -1 (or the vector empty): tail column j has depth j
+  // (a chain). Otherwise column j's depth is tail_depths[tail_depth_offset[s] + j].
+  std::vector<int32_t> tail_depth_offset;  // [S] or empty
+  std::vector<int32_t> tail_depths;
 
   int num_tokens() const { return query_start.empty() ? 0 : query_start.back(); }
   int num_new(int s) const { return query_start[s + 1] - query_start[s]; }
@@ -50,6 +61,12 @@ struct AttentionBatch {
   int tail_len(int s) const { return prior_lens[s] + num_new(s); }
   // Cache position of new token i of sequence s.
   int Position(int s, int i) const { return context_lens[s] + prior_lens[s] + i; }
+  int TailDepth(int s, int j) const {
+    if (tail_depth_offset.empty() || tail_depth_offset[s] < 0) return j;
+    return tail_depths[tail_depth_offset[s] + j];
+  }
+  // Whether a query at position q may see a key at position p under the window.
+  bool InWindow(int q, int p) const { return sliding_window <= 0 || q - p < sliding_window; }
   // Whether new token i of sequence s sees tail column j (0 <= j < tail_len).
   bool Sees(int s, int i, int j) const {
     if (mask_offset[s] < 0) return j <= prior_lens[s] + i;

@@ -94,6 +94,13 @@ class Backend {
   virtual absl::Status Add(const Tensor& a, const Tensor& b, Tensor* out) = 0;
   // in: gu [T, 2F] (gate | up); out: out [T, F] = silu(gate) * up.
   virtual absl::Status SiluMul(const Tensor& gu, Tensor* out) = 0;
+  // in: bias [N]; inout: x [T, N] += bias in every row (projection biases).
+  virtual absl::Status AddBias(Tensor* x, const Tensor& bias) = 0;
+  // in: w [Dh]; inout: x [T, W] seen as W / Dh heads of Dh columns per row:
+  // heads [head_begin, head_begin + num_heads) of every row become
+  // w · head / sqrt(mean(head²) + eps) (Qwen3's per-head q_norm / k_norm).
+  virtual absl::Status HeadRmsNorm(Tensor* x, const Tensor& w, int64_t head_begin,
+                                   int64_t num_heads, float eps) = 0;
   // in: x [T, W]; out: out [T, n] = x[:, begin : begin + n].
   virtual absl::Status SliceCols(const Tensor& x, int64_t begin, Tensor* out) = 0;
   // in: x [T, D], rows [n] host indices; out: out [n, D] = x[rows].

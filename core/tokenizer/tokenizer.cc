@@ -4,7 +4,9 @@
 #include <filesystem>
 #include <system_error>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "core/tokenizer/gguf_tokenizer.h"
 #include "core/tokenizer/tokenizer_config.h"
 #include "core/tokenizer/tokenizer_internal.h"
 #include "core/util/status_macros.h"
@@ -67,6 +69,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path
       return absl::NotFoundError(
           absl::StrCat(path, ": neither tokenizer.json nor tokenizer.model is there"));
     }
+  } else if (fs::is_regular_file(path, ec) && path.size() > 5 &&
+             absl::EndsWithIgnoreCase(path, ".gguf")) {
+    return LoadGgufTokenizer(path);
   } else if (fs::is_regular_file(path, ec)) {
     file = path;
     dir = fs::path(path).parent_path().string();

@@ -97,7 +97,8 @@ class Tokenizer {
 // Loads from a Hugging Face model directory: tokenizer.json if present (HF fast
 // tokenizer), else tokenizer.model (SentencePiece). `path` may also name one of
 // those files directly (e.g. a llama2.c "tok512.model"); the config files are
-// then looked up next to it. Errors name the file and field: NOT_FOUND (no
+// then looked up next to it. A "*.gguf" file loads the tokenizer embedded in
+// its metadata (core/tokenizer/gguf_tokenizer.h). Errors name the file and field: NOT_FOUND (no
 // tokenizer file), INVALID_ARGUMENT (malformed), UNIMPLEMENTED (model,
 // normalizer, pre-tokenizer or decoder types this implementation lacks).
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path);

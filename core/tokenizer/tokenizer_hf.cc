@@ -45,6 +45,9 @@ class HfTokenizer final : public Tokenizer {
  public:
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Create(const std::string& path,
                                                            const TokenizerConfig& config);
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> CreateFromJson(const json& root,
+                                                                   const std::string& path,
+                                                                   const TokenizerConfig& config);
 
   absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text,
                                               bool add_special) const override;
@@ -81,6 +84,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> HfTokenizer::Create(const std::string
                                                                const TokenizerConfig& config) {
   TS_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
   TS_ASSIGN_OR_RETURN(json root, ParseJson(text, path));
+  return CreateFromJson(root, path, config);
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> HfTokenizer::CreateFromJson(
+    const json& root, const std::string& path, const TokenizerConfig& config) {
   if (!root.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
   auto tok = std::make_unique<HfTokenizer>();
   tok->file_ = path;
@@ -327,6 +335,12 @@ std::string HfTokenizer::Decode(const std::vector<int32_t>& ids) const {
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizer(const std::string& json_path,
                                                            const TokenizerConfig& config) {
   return HfTokenizer::Create(json_path, config);
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizerFromJson(const nlohmann::json& root,
+                                                                   const std::string& origin,
+                                                                   const TokenizerConfig& config) {
+  return HfTokenizer::CreateFromJson(root, origin, config);
 }
 
 }  // namespace treespec

@@ -11,13 +11,22 @@
 #include "absl/status/statusor.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/tokenizer/tokenizer_config.h"
+#include "nlohmann/json.hpp"
 
 namespace treespec {
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizer(const std::string& json_path,
                                                            const TokenizerConfig& config);
+// The same from an already parsed tokenizer.json document (e.g. one built from
+// GGUF metadata); `origin` names it in errors.
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizerFromJson(const nlohmann::json& root,
+                                                                   const std::string& origin,
+                                                                   const TokenizerConfig& config);
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePieceTokenizer(
     const std::string& model_path, const TokenizerConfig& config);
+// The same from a serialized ModelProto (e.g. one built from GGUF metadata).
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePieceTokenizerFromBytes(
+    const std::string& serialized, const std::string& origin, const TokenizerConfig& config);
 
 struct SpecialIds {
   int32_t bos = -1;

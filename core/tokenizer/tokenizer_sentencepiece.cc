@@ -57,6 +57,9 @@ class SentencePieceTokenizer final : public Tokenizer {
  public:
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Create(const std::string& path,
                                                            const TokenizerConfig& config);
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> CreateFromBytes(const std::string& bytes,
+                                                                    const std::string& path,
+                                                                    const TokenizerConfig& config);
 
   absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text,
                                               bool add_special) const override;
@@ -75,6 +78,11 @@ class SentencePieceTokenizer final : public Tokenizer {
 absl::StatusOr<std::unique_ptr<Tokenizer>> SentencePieceTokenizer::Create(
     const std::string& path, const TokenizerConfig& config) {
   TS_ASSIGN_OR_RETURN(std::string bytes, ReadFileToString(path));
+  return CreateFromBytes(bytes, path, config);
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> SentencePieceTokenizer::CreateFromBytes(
+    const std::string& bytes, const std::string& path, const TokenizerConfig& config) {
   auto tok = std::make_unique<SentencePieceTokenizer>();
   tok->path_ = path;
   std::string error;
@@ -187,6 +195,11 @@ std::string SentencePieceTokenizer::Decode(const std::vector<int32_t>& ids) cons
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePieceTokenizer(
     const std::string& model_path, const TokenizerConfig& config) {
   return SentencePieceTokenizer::Create(model_path, config);
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePieceTokenizerFromBytes(
+    const std::string& serialized, const std::string& origin, const TokenizerConfig& config) {
+  return SentencePieceTokenizer::CreateFromBytes(serialized, origin, config);
 }
 
 }  // namespace treespec

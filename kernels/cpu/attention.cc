@@ -31,10 +31,15 @@ void Attention(const float* q, const float* k_cache, const float* v_cache,
       const int s = token_seq[t];
       const int i = t - batch.query_start[s];
       const int ctx = batch.context_lens[s];
+      const int qpos = ctx + batch.TailDepth(s, batch.prior_lens[s] + i);
       slots.clear();
-      for (int p = 0; p < ctx; ++p) slots.push_back(batch.Slot(s, p));
+      for (int p = 0; p < ctx; ++p) {
+        if (batch.InWindow(qpos, p)) slots.push_back(batch.Slot(s, p));
+      }
       for (int j = 0; j < batch.tail_len(s); ++j) {
-        if (batch.Sees(s, i, j)) slots.push_back(batch.Slot(s, ctx + j));
+        if (batch.Sees(s, i, j) && batch.InWindow(qpos, ctx + batch.TailDepth(s, j))) {
+          slots.push_back(batch.Slot(s, ctx + j));
+        }
       }
       scores.resize(slots.size());
       for (int h = 0; h < H; ++h) {

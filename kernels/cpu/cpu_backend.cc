@@ -141,6 +141,35 @@ class CpuBackend final : public Backend {
     return absl::OkStatus();
   }
 
+  absl::Status AddBias(Tensor* x, const Tensor& bias) override {
+    TS_RETURN_IF_ERROR(CheckF32(*x, "add_bias x"));
+    const int64_t N = bias.numel();
+    if (x->rank() < 1 || RowSize(*x) != N) {
+      return absl::InvalidArgumentError(absl::StrCat("cpu backend: add_bias shapes x ",
+                                                     x->DebugString(), " bias ",
+                                                     bias.DebugString()));
+    }
+    cpu::AddBias(x->data<float>(), bias.data<float>(), static_cast<int>(x->dim(0)),
+                 static_cast<int>(N));
+    return absl::OkStatus();
+  }
+
+  absl::Status HeadRmsNorm(Tensor* x, const Tensor& w, int64_t head_begin, int64_t num_heads,
+                           float eps) override {
+    TS_RETURN_IF_ERROR(CheckF32(*x, "head_rmsnorm x"));
+    const int64_t Dh = w.numel();
+    if (x->rank() < 1 || Dh == 0 || RowSize(*x) % Dh != 0 || head_begin < 0 || num_heads < 0 ||
+        (head_begin + num_heads) * Dh > RowSize(*x)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cpu backend: head_rmsnorm x ", x->DebugString(), " w ", w.DebugString(), " heads [",
+          head_begin, ", ", head_begin + num_heads, ")"));
+    }
+    cpu::HeadRmsNorm(x->data<float>(), w.data<float>(), static_cast<int>(x->dim(0)),
+                     static_cast<int>(RowSize(*x)), static_cast<int>(Dh),
+                     static_cast<int>(head_begin), static_cast<int>(num_heads), eps);
+    return absl::OkStatus();
+  }
+
   absl::Status SiluMul(const Tensor& gu, Tensor* out) override {
     cpu::SiluMul(gu.data<float>(), static_cast<int>(gu.dim(0)), static_cast<int>(gu.dim(1) / 2),
                  out->data<float>());

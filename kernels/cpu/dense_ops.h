@@ -16,6 +16,11 @@ void RmsNorm(const float* x, const float* w, int T, int D, float eps, float* out
 // in: x [T, K], w [N, K]; out: out [T, N] = x · wᵀ. Up to `threads` OpenMP
 // threads for large products (results do not depend on the thread count).
 void Linear(const float* x, const float* w, int T, int K, int N, float* out, int threads = 1);
+// in: b [N]; inout: x [T, N] += b per row.
+void AddBias(float* x, const float* b, int T, int N);
+// inout: x [T, W]; heads [h0, h0 + n) of Dh columns per row are RMS-normalised
+// and scaled by w [Dh], in the same float order as RmsNorm.
+void HeadRmsNorm(float* x, const float* w, int T, int W, int Dh, int h0, int n, float eps);
 // out[i] = a[i] + b[i], n elements; may alias.
 void Add(const float* a, const float* b, int64_t n, float* out);
 // in: gu [T, 2F]; out: out [T, F] = silu(gu[:, :F]) * gu[:, F:].

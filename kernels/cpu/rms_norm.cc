@@ -15,4 +15,11 @@ void RmsNorm(const float* x, const float* w, int T, int D, float eps, float* out
   }
 }
 
+void HeadRmsNorm(float* x, const float* w, int T, int W, int Dh, int h0, int n, float eps) {
+  for (int t = 0; t < T; ++t) {
+    float* row = x + static_cast<int64_t>(t) * W + static_cast<int64_t>(h0) * Dh;
+    RmsNorm(row, w, n, Dh, eps, row);
+  }
+}
+
 }  // namespace treespec::cpu

@@ -14,4 +14,8 @@ namespace treespec::cuda {
 cudaError_t LaunchAdd(DType dtype, const void* a, const void* b, int64_t n, void* out,
                       cudaStream_t stream);
 
+// in: b [N]; inout: x [T, N] += b per row (fp32 sum, rounded once).
+cudaError_t LaunchAddBias(DType dtype, void* x, const void* b, int64_t T, int64_t N,
+                          cudaStream_t stream);
+
 }  // namespace treespec::cuda

@@ -29,6 +29,13 @@ absl::StatusOr<std::unique_ptr<CudaAttentionPlan>> CudaAttentionPlan::Create(
     if (n < 0 || ctx < 0 || batch.prior_lens[s] < 0) {
       return absl::InvalidArgumentError("AttentionBatch: negative length");
     }
+    // The CUDA kernel has no sliding window; a window that masks nothing (every
+    // key within it of every query) gives the same result as none.
+    if (batch.sliding_window > 0 && ctx + tail > batch.sliding_window) {
+      return absl::UnimplementedError(absl::StrCat(
+          "cuda backend: sliding_window attention is not implemented (sequence ", s, " spans ",
+          ctx + tail, " positions, window ", batch.sliding_window, "); use the cpu backend"));
+    }
     const int64_t need = (static_cast<int64_t>(ctx) + tail + bs - 1) / bs;
     if (need > maxb) {
       return absl::InvalidArgumentError(absl::StrCat("AttentionBatch: sequence ", s, " needs ",

@@ -68,6 +68,31 @@ absl::Status CudaBackend::Add(const Tensor& a, const Tensor& b, Tensor* out) {
   return absl::OkStatus();
 }
 
+absl::Status CudaBackend::AddBias(Tensor* x, const Tensor& bias) {
+  TS_RETURN_IF_ERROR(Enter(nullptr));
+  TS_RETURN_IF_ERROR(Check(*x, dtype_, "add_bias x"));
+  TS_RETURN_IF_ERROR(Check(bias, dtype_, "add_bias bias"));
+  if (x->rank() < 1 || RowSize(*x) != bias.numel()) return ShapeError("AddBias", {x, &bias});
+  TS_CUDA_RETURN_IF_ERROR(
+      LaunchAddBias(dtype_, x->raw(), bias.raw(), x->dim(0), bias.numel(), stream_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::HeadRmsNorm(Tensor* x, const Tensor& w, int64_t head_begin,
+                                      int64_t num_heads, float eps) {
+  TS_RETURN_IF_ERROR(Enter(nullptr));
+  TS_RETURN_IF_ERROR(Check(*x, dtype_, "head_rmsnorm x"));
+  TS_RETURN_IF_ERROR(Check(w, dtype_, "head_rmsnorm w"));
+  const int64_t Dh = w.numel();
+  if (x->rank() < 1 || Dh == 0 || RowSize(*x) % Dh != 0 || head_begin < 0 || num_heads < 0 ||
+      (head_begin + num_heads) * Dh > RowSize(*x)) {
+    return ShapeError("HeadRmsNorm", {x, &w});
+  }
+  TS_CUDA_RETURN_IF_ERROR(LaunchHeadRmsNorm(dtype_, x->raw(), w.raw(), x->dim(0), RowSize(*x),
+                                            Dh, head_begin, num_heads, eps, stream_));
+  return absl::OkStatus();
+}
+
 absl::Status CudaBackend::SiluMul(const Tensor& gu, Tensor* out) {
   TS_RETURN_IF_ERROR(Enter(nullptr));
   TS_RETURN_IF_ERROR(Check(gu, dtype_, "silu_mul gu"));

@@ -3,7 +3,7 @@
 //
 //   cuda_backend.cc            set-up and tear-down, scratch memory, argument checks
 //   cuda_backend_memory.cc     Alloc, Upload, DownloadF32, Zero, FillUniform, Synchronize
-//   cuda_backend_dense.cc      Embedding, RmsNorm, Linear, Add, SiluMul, SliceCols,
+//   cuda_backend_dense.cc      Embedding, RmsNorm, HeadRmsNorm, Linear, Add, AddBias, SiluMul, SliceCols,
 //                              GatherRows, CopyRows
 //   cuda_backend_attention.cc  PlanAttention, QkvRope, Attention
 //   cuda_backend_mamba.cc      MambaConv(Batch), MambaScan(Batch)
@@ -78,6 +78,9 @@ class CudaBackend final : public Backend {
   absl::Status RmsNorm(const Tensor& x, const Tensor& w, float eps, Tensor* out) override;
   absl::Status Linear(const Tensor& x, const Tensor& w, Tensor* out) override;
   absl::Status Add(const Tensor& a, const Tensor& b, Tensor* out) override;
+  absl::Status AddBias(Tensor* x, const Tensor& bias) override;
+  absl::Status HeadRmsNorm(Tensor* x, const Tensor& w, int64_t head_begin, int64_t num_heads,
+                           float eps) override;
   absl::Status SiluMul(const Tensor& gu, Tensor* out) override;
   absl::Status SliceCols(const Tensor& x, int64_t begin, Tensor* out) override;
   absl::Status GatherRows(const Tensor& x, const std::vector<int32_t>& rows, Tensor* out) override;

@@ -15,4 +15,9 @@ namespace treespec::cuda {
 cudaError_t LaunchRmsNorm(DType dtype, const void* x, const void* w, int64_t T, int64_t D,
                           float eps, void* out, cudaStream_t stream);
 
+// inout: x [T, W]; heads [h0, h0 + n) of Dh columns in every row become
+// w [Dh] · head / sqrt(mean(head²) + eps), fp32 arithmetic.
+cudaError_t LaunchHeadRmsNorm(DType dtype, void* x, const void* w, int64_t T, int64_t W,
+                              int64_t Dh, int64_t h0, int64_t n, float eps, cudaStream_t stream);
+
 }  // namespace treespec::cuda

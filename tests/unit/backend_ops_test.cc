@@ -278,6 +278,42 @@ TEST_P(BackendOpsTest, SiluMul) {
   ExpectClose(out, ref, "silu_mul");
 }
 
+TEST_P(BackendOpsTest, AddBiasPerRow) {
+  const int T = 7, N = 90;
+  Tensor x = Make(Rand(T * N, 40), {T, N});
+  Tensor b = Make(Rand(N, 41), {N});
+  std::vector<double> xs = Get(x), bs = Get(b), ref(T * N);
+  for (int t = 0; t < T; ++t) {
+    for (int i = 0; i < N; ++i) ref[t * N + i] = xs[t * N + i] + bs[i];
+  }
+  ASSERT_TRUE(be_->AddBias(&x, b).ok());
+  ExpectClose(x, ref, "add_bias");
+  Tensor wrong = Make(Rand(N - 1, 42), {N - 1});
+  EXPECT_FALSE(be_->AddBias(&x, wrong).ok());
+}
+
+TEST_P(BackendOpsTest, HeadRmsNormTouchesOnlyItsHeads) {
+  // qkv rows of H = 3 q heads, Hkv = 2 k heads, 2 v heads of Dh = 16.
+  const int T = 5, Dh = 16, heads = 7, W = heads * Dh;
+  Tensor x = Make(Rand(T * W, 43, -2.0f, 2.0f), {T, W});
+  Tensor wq = Make(Rand(Dh, 44, 0.5f, 1.5f), {Dh});
+  Tensor wk = Make(Rand(Dh, 45, 0.5f, 1.5f), {Dh});
+  std::vector<double> xs = Get(x), wqs = Get(wq), wks = Get(wk), ref = xs;
+  for (int t = 0; t < T; ++t) {
+    for (int h = 0; h < 5; ++h) {
+      const std::vector<double>& w = h < 3 ? wqs : wks;
+      double ss = 0;
+      for (int d = 0; d < Dh; ++d) ss += xs[t * W + h * Dh + d] * xs[t * W + h * Dh + d];
+      const double inv = 1.0 / std::sqrt(ss / Dh + 1e-6);
+      for (int d = 0; d < Dh; ++d) ref[t * W + h * Dh + d] = w[d] * xs[t * W + h * Dh + d] * inv;
+    }
+  }
+  ASSERT_TRUE(be_->HeadRmsNorm(&x, wq, 0, 3, 1e-6f).ok());
+  ASSERT_TRUE(be_->HeadRmsNorm(&x, wk, 3, 2, 1e-6f).ok());
+  ExpectClose(x, ref, "head_rmsnorm (v heads unchanged)");
+  EXPECT_FALSE(be_->HeadRmsNorm(&x, wk, 6, 2, 1e-6f).ok()) << "heads past the row";
+}
+
 TEST_P(BackendOpsTest, SliceColsAndGatherRows) {
   const int T = 5, W = 24;
   Tensor x = Make(Rand(T * W, 10), {T, W});
@@ -503,6 +539,74 @@ TEST_P(BackendOpsTest, AttentionDecodeTreePrefillGqa) {
     Poison(&out);
     ASSERT_TRUE(be_->Attention(q, kc, vc, **plan, scale, &out).ok());
     ExpectClose(out, ref, std::string(c.name) + " (plan reused)");
+  }
+}
+
+// Sliding window: a query at position q sees keys at p > q - window, tree
+// nodes by their depth position. The CPU backend masks; CUDA refuses a window
+// that would mask anything and runs one that does not.
+TEST_P(BackendOpsTest, AttentionSlidingWindow) {
+  const int H = 4, Hkv = 2, Dh = 16, bs = 4, blocks = 16;
+  const std::vector<int32_t> tree = {-1, 0, 0, 1, 3, 4, 5, 2};  // depths 0 1 1 2 3 4 5 2
+  const std::vector<SeqSpec> seqs = {{9, 8, tree}, {6, 5, {}}};
+  AttentionBatch batch = MakeBatch(seqs, bs, blocks, 46);
+  std::vector<int32_t> depth(tree.size());
+  for (size_t i = 0; i < tree.size(); ++i) depth[i] = tree[i] < 0 ? 0 : depth[tree[i]] + 1;
+  batch.tail_depth_offset = {0, -1};
+  batch.tail_depths = depth;
+  const int T = batch.num_tokens(), slots = blocks * bs;
+  Tensor q = Make(Rand(T * H * Dh, 47), {T, H, Dh});
+  Tensor kc = Make(Rand(slots * Hkv * Dh, 48), {slots, Hkv, Dh});
+  Tensor vc = Make(Rand(slots * Hkv * Dh, 49), {slots, Hkv, Dh});
+  std::vector<double> qs = Get(q), ks = Get(kc), vs = Get(vc);
+  const float scale = 0.25f;
+  for (int window : {4, 100}) {
+    SCOPED_TRACE(window);
+    batch.sliding_window = window;
+    std::vector<double> ref(T * H * Dh);
+    for (int s = 0; s < batch.num_seqs; ++s) {
+      const int ctx = batch.context_lens[s];
+      for (int i = 0; i < batch.num_new(s); ++i) {
+        const int t = batch.query_start[s] + i;
+        const int qpos = ctx + (s == 0 ? depth[i] : i);
+        std::vector<int> vis;
+        for (int p = 0; p < ctx; ++p) {
+          if (qpos - p < window) vis.push_back(batch.Slot(s, p));
+        }
+        for (int j = 0; j < batch.tail_len(s); ++j) {
+          const int kpos = ctx + (s == 0 ? depth[j] : j);
+          if (batch.Sees(s, i, j) && qpos - kpos < window) vis.push_back(batch.Slot(s, ctx + j));
+        }
+        ASSERT_FALSE(vis.empty());
+        for (int h = 0; h < H; ++h) {
+          const int g = h / (H / Hkv);
+          std::vector<double> sc(vis.size());
+          double mx = -INFINITY, sum = 0;
+          for (size_t k = 0; k < vis.size(); ++k) {
+            double dot = 0;
+            for (int d = 0; d < Dh; ++d) dot += qs[(t * H + h) * Dh + d] * ks[(vis[k] * Hkv + g) * Dh + d];
+            sc[k] = dot * scale;
+            mx = std::max(mx, sc[k]);
+          }
+          for (double& x : sc) sum += (x = std::exp(x - mx));
+          for (int d = 0; d < Dh; ++d) {
+            double acc = 0;
+            for (size_t k = 0; k < vis.size(); ++k) acc += sc[k] * vs[(vis[k] * Hkv + g) * Dh + d];
+            ref[(t * H + h) * Dh + d] = acc / sum;
+          }
+        }
+      }
+    }
+    auto plan = be_->PlanAttention(batch);
+    if (GetParam() != "cpu" && window == 4) {
+      ASSERT_FALSE(plan.ok());
+      EXPECT_EQ(plan.status().code(), absl::StatusCode::kUnimplemented) << plan.status();
+      continue;
+    }
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    Tensor out = Out({T, H, Dh});
+    ASSERT_TRUE(be_->Attention(q, kc, vc, **plan, scale, &out).ok());
+    ExpectClose(out, ref, "sliding window " + std::to_string(window));
   }
 }
 

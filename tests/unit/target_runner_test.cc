@@ -449,6 +449,24 @@ TEST(TargetRunnerMambaTest, MambaTargetServesThroughTheRunner) {
   EXPECT_EQ(runner.Stats().kv_blocks_used, 0);
 }
 
+// A dynamic-RoPE model runs exactly only below max_position_embeddings (64
+// here): a sequence that could reach it is refused when opened, one that
+// cannot is served.
+TEST(TargetRunnerRopeTest, SequencesThatCouldPassTheExactRopeRangeAreRefused) {
+  const std::string dir = testing::SourceDir() + "/tests/golden/data/configs/llama_dynamic";
+  std::unique_ptr<Backend> backend = CreateCpuBackend();
+  auto model = LoadSequenceModel(dir, backend.get(), nullptr, SequenceModelOptions{});
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->info().max_positions, 64);
+  TargetRunner runner(model->get(), {.max_context = 256, .max_tree_nodes = 8});
+  const std::vector<int32_t> prompt = {1, 5, 9, 12};
+  std::vector<OpenOutcome> too_long = runner.Open({{1, prompt, {}, 0, 60}});
+  EXPECT_EQ(too_long[0].status.code(), absl::StatusCode::kInvalidArgument) << too_long[0].status;
+  EXPECT_THAT(too_long[0].status.message(), ::testing::HasSubstr("exact position range 64"));
+  std::vector<OpenOutcome> fits = runner.Open({{2, prompt, {}, 0, 56}});
+  EXPECT_TRUE(fits[0].status.ok()) << fits[0].status;
+}
+
 TEST_F(TargetRunnerTest, ChunkedPrefillEqualsOnePass) {
   Make(256, {.max_context = 256, .max_tree_nodes = 16, .prefill_chunk_tokens = 3});
   const std::vector<int32_t> a = Prompt(5, 40), b = Prompt(6, 7);

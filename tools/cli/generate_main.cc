@@ -11,7 +11,8 @@
 #include "core/tokenizer/tokenizer.h"
 #include "tools/cli/local_model.h"
 
-ABSL_FLAG(std::string, model, "", "Hugging Face model directory (Llama family or Mamba)");
+ABSL_FLAG(std::string, model, "",
+          "Hugging Face model directory (Llama family or Mamba) or a llama-family .gguf file");
 ABSL_FLAG(std::string, prompt, "", "Prompt text (empty: start from BOS)");
 ABSL_FLAG(int64_t, max_tokens, 128, "New tokens per sample");
 ABSL_FLAG(double, temperature, 0.0, "0: greedy; otherwise sampling temperature");

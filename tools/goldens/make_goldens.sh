@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates the tiny fixtures (tests/fixtures/models) and the Hugging Face
-# goldens (tests/golden/data). Run as `make goldens`, or
+# goldens (tests/golden/data, including data/configs from transformers 5). Run as `make goldens`, or
 #   bash tools/goldens/make_goldens.sh [BUILD_DIR]     (default: build)
 # BUILD_DIR/bin/treespec-convert-llama2c converts stories260K; when it is not
 # built, make_goldens.py falls back to its Python mirror of the converter.
@@ -34,6 +34,13 @@ fi
 set -x
 "$PY" tools/models/tiny_model_writer.py
 "$PY" tools/goldens/make_goldens.py --converter "$BUILD_DIR/bin/treespec-convert-llama2c"
+# The config-layout goldens need transformers >= 5, in a venv of their own.
+V5_VENV=.venv-v5
+if [ ! -x "$V5_VENV/bin/python" ]; then
+  /usr/bin/python3 -m venv "$V5_VENV"
+fi
+"$V5_VENV/bin/python" -m pip install --quiet -r tools/goldens/requirements-v5.txt
+"$V5_VENV/bin/python" tools/goldens/make_config_goldens.py
 if [ -f tools/goldens/make_tokenizer_goldens.py ]; then
   "$PY" tools/goldens/make_tokenizer_goldens.py
 fi

@@ -1,0 +1,176 @@
+#include "core/model/gguf_dequant.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/tensor/dtype.h"
+
+namespace treespec {
+namespace {
+
+float F16At(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return HalfToFloat(h);
+}
+
+// The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K block: the
+// first four pairs are the low 6 bits of bytes 0..7; the last four take their
+// low 4 bits from bytes 8..11 and their top 2 bits from the spare top bits of
+// bytes 0..7.
+void ScaleMinK4(int j, const uint8_t* q, uint8_t* sc, uint8_t* mn) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *mn = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    *mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+}  // namespace
+
+void DequantizeQ8_0(const uint8_t* b, float* out) {
+  const float d = F16At(b);
+  for (int i = 0; i < 32; ++i) out[i] = d * static_cast<float>(static_cast<int8_t>(b[2 + i]));
+}
+
+void DequantizeQ4_0(const uint8_t* b, float* out) {
+  const float d = F16At(b);
+  const uint8_t* qs = b + 2;
+  for (int j = 0; j < 16; ++j) {
+    out[j] = d * static_cast<float>((qs[j] & 0xF) - 8);
+    out[j + 16] = d * static_cast<float>((qs[j] >> 4) - 8);
+  }
+}
+
+void DequantizeQ4_1(const uint8_t* b, float* out) {
+  const float d = F16At(b);
+  const float m = F16At(b + 2);
+  const uint8_t* qs = b + 4;
+  for (int j = 0; j < 16; ++j) {
+    out[j] = static_cast<float>(qs[j] & 0xF) * d + m;
+    out[j + 16] = static_cast<float>(qs[j] >> 4) * d + m;
+  }
+}
+
+void DequantizeQ4_K(const uint8_t* b, float* out) {
+  const float d = F16At(b);
+  const float dmin = F16At(b + 2);
+  const uint8_t* scales = b + 4;
+  const uint8_t* q = b + 16;
+  int is = 0;
+  for (int j = 0; j < 256; j += 64) {
+    uint8_t sc, mn;
+    ScaleMinK4(is, scales, &sc, &mn);
+    const float d1 = d * sc, m1 = dmin * mn;
+    ScaleMinK4(is + 1, scales, &sc, &mn);
+    const float d2 = d * sc, m2 = dmin * mn;
+    for (int l = 0; l < 32; ++l) *out++ = d1 * static_cast<float>(q[l] & 0xF) - m1;
+    for (int l = 0; l < 32; ++l) *out++ = d2 * static_cast<float>(q[l] >> 4) - m2;
+    q += 32;
+    is += 2;
+  }
+}
+
+void DequantizeQ5_K(const uint8_t* b, float* out) {
+  const float d = F16At(b);
+  const float dmin = F16At(b + 2);
+  const uint8_t* scales = b + 4;
+  const uint8_t* qh = b + 16;
+  const uint8_t* ql = b + 48;
+  int is = 0;
+  uint8_t u1 = 1, u2 = 2;
+  for (int j = 0; j < 256; j += 64) {
+    uint8_t sc, mn;
+    ScaleMinK4(is, scales, &sc, &mn);
+    const float d1 = d * sc, m1 = dmin * mn;
+    ScaleMinK4(is + 1, scales, &sc, &mn);
+    const float d2 = d * sc, m2 = dmin * mn;
+    for (int l = 0; l < 32; ++l) {
+      *out++ = d1 * static_cast<float>((ql[l] & 0xF) + ((qh[l] & u1) ? 16 : 0)) - m1;
+    }
+    for (int l = 0; l < 32; ++l) {
+      *out++ = d2 * static_cast<float>((ql[l] >> 4) + ((qh[l] & u2) ? 16 : 0)) - m2;
+    }
+    ql += 32;
+    is += 2;
+    u1 <<= 2;
+    u2 <<= 2;
+  }
+}
+
+void DequantizeQ6_K(const uint8_t* b, float* out) {
+  const uint8_t* ql = b;
+  const uint8_t* qh = b + 128;
+  const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+  const float d = F16At(b + 208);
+  for (int n = 0; n < 256; n += 128) {
+    for (int l = 0; l < 32; ++l) {
+      const int is = l / 16;
+      const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+      const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+      const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+      const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+      out[l] = d * sc[is] * q1;
+      out[l + 32] = d * sc[is + 2] * q2;
+      out[l + 64] = d * sc[is + 4] * q3;
+      out[l + 96] = d * sc[is + 6] * q4;
+    }
+    out += 128;
+    ql += 64;
+    qh += 32;
+    sc += 8;
+  }
+}
+
+absl::Status DequantizeGgml(GgmlType type, const uint8_t* src, int64_t num_elems, float* dst) {
+  size_t block_bytes = 0;
+  int64_t block_elems = 0;
+  if (!GgmlTypeLayout(static_cast<uint32_t>(type), &block_bytes, &block_elems)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ggml type ", static_cast<uint32_t>(type), " cannot be dequantised"));
+  }
+  if (num_elems < 0 || num_elems % block_elems != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(num_elems, " elements is not a whole number of ",
+                                                   GgmlTypeName(static_cast<uint32_t>(type)),
+                                                   " blocks of ", block_elems));
+  }
+  const int64_t num_blocks = num_elems / block_elems;
+  void (*kernel)(const uint8_t*, float*) = nullptr;
+  switch (type) {
+    case GgmlType::kF32:
+      std::memcpy(dst, src, num_elems * 4);
+      return absl::OkStatus();
+    case GgmlType::kF16:
+      ConvertToF32(src, DType::kF16, num_elems, dst);
+      return absl::OkStatus();
+    case GgmlType::kBF16:
+      ConvertToF32(src, DType::kBF16, num_elems, dst);
+      return absl::OkStatus();
+    case GgmlType::kQ8_0:
+      kernel = DequantizeQ8_0;
+      break;
+    case GgmlType::kQ4_0:
+      kernel = DequantizeQ4_0;
+      break;
+    case GgmlType::kQ4_1:
+      kernel = DequantizeQ4_1;
+      break;
+    case GgmlType::kQ4_K:
+      kernel = DequantizeQ4_K;
+      break;
+    case GgmlType::kQ5_K:
+      kernel = DequantizeQ5_K;
+      break;
+    case GgmlType::kQ6_K:
+      kernel = DequantizeQ6_K;
+      break;
+  }
+  for (int64_t i = 0; i < num_blocks; ++i) {
+    kernel(src + i * block_bytes, dst + i * block_elems);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace treespec

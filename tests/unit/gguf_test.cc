@@ -1,0 +1,473 @@
+// GgufFile (core/util/gguf.h) on synthetic images: every value type, tensor
+// directory and alignment; and every kind of malformed file, which must give a
+// clear Status (never a crash), including every truncation and random byte
+// corruption of a valid file. Also GGUF metadata → LlamaConfig, the tensor
+// name map and the Q/K un-permutation (core/model/gguf_model.h).
+#include "core/util/gguf.h"
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/model/gguf_model.h"
+#include "gtest/gtest.h"
+#include "tests/testing/gguf_builder.h"
+
+namespace treespec {
+namespace {
+
+using ::treespec::testing::GgufBuilder;
+
+absl::StatusOr<std::shared_ptr<const GgufFile>> ParseImage(const std::string& image) {
+  auto owned = std::make_shared<std::string>(image);
+  return GgufFile::Parse(owned, reinterpret_cast<const uint8_t*>(owned->data()), owned->size(),
+                         "test.gguf");
+}
+
+GgufBuilder ValidBuilder() {
+  GgufBuilder b;
+  b.Raw("u8", 0, std::string(1, '\x7f'))
+      .Raw("i8", 1, std::string(1, '\xff'))
+      .Raw("u16", 2, GgufBuilder::Pod<uint16_t>(65535))
+      .Raw("i16", 3, GgufBuilder::Pod<int16_t>(-2))
+      .U32Kv("u32", 4000000000u)
+      .I32Kv("i32", -7)
+      .F32Kv("f32", 1.5f)
+      .BoolKv("flag", true)
+      .StrKv("name", "héllo")
+      .Raw("u64", 10, GgufBuilder::U64(1ull << 40))
+      .Raw("i64", 11, GgufBuilder::Pod<int64_t>(-(1ll << 40)))
+      .Raw("f64", 12, GgufBuilder::Pod<double>(0.25))
+      .StrArrayKv("words", {"a", "", "ccc"})
+      .F32ArrayKv("scores", {0.5f, -1.0f})
+      .I32ArrayKv("types", {1, 2, 3})
+      .F32Tensor("a", {4, 2}, {0, 1, 2, 3, 4, 5, 6, 7})
+      .F32Tensor("b", {3}, {8, 9, 10});
+  return b;
+}
+
+TEST(GgufFileTest, ParsesEveryValueTypeAndTheTensorDirectory) {
+  auto f = ParseImage(ValidBuilder().Build());
+  ASSERT_TRUE(f.ok()) << f.status();
+  const GgufFile& g = **f;
+  EXPECT_EQ(g.version(), 3u);
+  EXPECT_EQ(g.alignment(), 32u);
+  EXPECT_EQ(*g.GetInt("u8"), 127);
+  EXPECT_EQ(*g.GetInt("i8"), -1);
+  EXPECT_EQ(*g.GetInt("u16"), 65535);
+  EXPECT_EQ(*g.GetInt("i16"), -2);
+  EXPECT_EQ(*g.GetInt("u32"), 4000000000ll);
+  EXPECT_EQ(*g.GetInt("i32"), -7);
+  EXPECT_EQ(*g.GetInt("u64"), 1ll << 40);
+  EXPECT_EQ(*g.GetInt("i64"), -(1ll << 40));
+  EXPECT_EQ(*g.GetFloatOr("f32", 0), 1.5);
+  EXPECT_EQ(*g.GetFloatOr("f64", 0), 0.25);
+  EXPECT_EQ(*g.GetFloatOr("absent", 3.0), 3.0);
+  EXPECT_TRUE(*g.GetBoolOr("flag", false));
+  EXPECT_EQ(*g.GetString("name"), "héllo");
+  EXPECT_EQ(**g.GetStringArray("words"), (std::vector<std::string>{"a", "", "ccc"}));
+  EXPECT_EQ(**g.GetFloatArray("scores"), (std::vector<double>{0.5, -1.0}));
+  EXPECT_EQ(**g.GetIntArray("types"), (std::vector<int64_t>{1, 2, 3}));
+  // Type mismatches and absences name the key.
+  absl::Status s = g.GetString("u32").status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("'u32' has type uint32"), std::string::npos) << s;
+  EXPECT_EQ(g.GetInt("missing").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(g.GetStringArray("scores").status().code(), absl::StatusCode::kInvalidArgument);
+
+  ASSERT_EQ(g.tensors().size(), 2u);
+  const GgufTensor* a = g.FindTensor("a");
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->shape, (Shape{2, 4}));
+  EXPECT_EQ(a->numel, 8);
+  EXPECT_EQ(a->nbytes, 32u);
+  EXPECT_EQ(g.data_offset() % 32, 0u);
+  float v[8];
+  std::memcpy(v, a->data, 32);
+  EXPECT_EQ(v[5], 5.0f);
+  const GgufTensor* b = g.FindTensor("b");
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->offset, 32u);
+  std::memcpy(v, b->data, 12);
+  EXPECT_EQ(v[2], 10.0f);
+}
+
+TEST(GgufFileTest, HonoursGeneralAlignment) {
+  GgufBuilder b(3, 64);
+  b.U32Kv("general.alignment", 64).F32Tensor("a", {3}, {1, 2, 3}).F32Tensor("b", {1}, {4});
+  auto f = ParseImage(b.Build());
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ((*f)->alignment(), 64u);
+  EXPECT_EQ((*f)->data_offset() % 64, 0u);
+  EXPECT_EQ((*f)->FindTensor("b")->offset, 64u);
+}
+
+TEST(GgufFileTest, ReadsVersion2) {
+  GgufBuilder b(2);
+  b.U32Kv("k", 5).F32Tensor("a", {2}, {1, 2});
+  auto f = ParseImage(b.Build());
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ((*f)->version(), 2u);
+  EXPECT_EQ(*(*f)->GetInt("k"), 5);
+}
+
+// Plain tensors already in the wanted dtype alias the file; others are
+// converted (an F16 tensor asked for as F32, an F32 one as F16).
+TEST(GgufCheckpointTest, AliasesOrConvertsPlainTensors) {
+  std::string halves;
+  for (float v : {0.5f, -2.0f, 3.0f, 1.0f}) halves += GgufBuilder::Pod<uint16_t>(FloatToHalf(v));
+  GgufBuilder::Tensor norm;
+  norm.name = "output_norm.weight";
+  norm.dims = {4};
+  norm.type = 1;  // F16
+  norm.data = halves;
+  GgufBuilder b;
+  b.F32Tensor("token_embd.weight", {4, 2}, {1, 2, 3, 4, 5, 6, 7, 8}).AddTensor(norm);
+  auto f = ParseImage(b.Build());
+  ASSERT_TRUE(f.ok()) << f.status();
+  LlamaConfig c;
+  c.num_heads = 1;
+  c.num_kv_heads = 1;
+  c.head_dim = 4;
+  for (DType dt : {DType::kF32, DType::kF16}) {
+    auto ckpt = GgufCheckpoint(*f, c, dt);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    auto n = (*ckpt)->Find("model.norm.weight", {4});
+    ASSERT_TRUE(n.ok()) << n.status();
+    auto e = (*ckpt)->Find("model.embed_tokens.weight", {2, 4});
+    ASSERT_TRUE(e.ok()) << e.status();
+    EXPECT_EQ((*n)->dtype, dt);
+    EXPECT_EQ((*e)->dtype, dt);
+    EXPECT_EQ((*n)->data == (*f)->FindTensor("output_norm.weight")->data, dt == DType::kF16);
+    EXPECT_EQ((*e)->data == (*f)->FindTensor("token_embd.weight")->data, dt == DType::kF32);
+    float got[8];
+    ConvertToF32((*n)->data, dt, 4, got);
+    EXPECT_EQ(std::vector<float>(got, got + 4), (std::vector<float>{0.5f, -2.0f, 3.0f, 1.0f}));
+    ConvertToF32((*e)->data, dt, 8, got);
+    EXPECT_EQ(got[7], 8.0f);
+  }
+  EXPECT_EQ(GgufCheckpoint(*f, c, DType::kI32).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+struct BadCase {
+  const char* name;
+  std::string image;
+  absl::StatusCode code;
+  const char* needle;  // must appear in the message
+};
+
+std::vector<BadCase> BadCases() {
+  std::vector<BadCase> cases;
+  const std::string valid = ValidBuilder().Build();
+  std::string bad_magic = valid;
+  bad_magic[0] = 'X';
+  cases.push_back({"magic", bad_magic, absl::StatusCode::kInvalidArgument, "not a GGUF file"});
+  cases.push_back(
+      {"version1", GgufBuilder(1).Build(), absl::StatusCode::kInvalidArgument, "GGUF version 1"});
+  cases.push_back({"empty", "", absl::StatusCode::kDataLoss, "magic"});
+  std::string huge_kv =
+      "GGUF" + GgufBuilder::U32(3) + GgufBuilder::U64(0) + GgufBuilder::U64(1ull << 60);
+  cases.push_back({"kv_count", huge_kv, absl::StatusCode::kDataLoss, "kv_count"});
+  std::string huge_tensors =
+      "GGUF" + GgufBuilder::U32(3) + GgufBuilder::U64(1ull << 60) + GgufBuilder::U64(0);
+  cases.push_back({"tensor_count", huge_tensors, absl::StatusCode::kDataLoss, "tensor_count"});
+  cases.push_back({"string_len",
+                   GgufBuilder().Raw("k", 8, GgufBuilder::U64(1ull << 62) + "abc").Build(),
+                   absl::StatusCode::kDataLoss, "value of 'k' length"});
+  cases.push_back(
+      {"array_len",
+       GgufBuilder().Raw("arr", 9, GgufBuilder::U32(4) + GgufBuilder::U64(1ull << 61)).Build(),
+       absl::StatusCode::kDataLoss, "array 'arr'"});
+  cases.push_back({"value_type", GgufBuilder().Raw("k", 13, "").Build(),
+                   absl::StatusCode::kInvalidArgument, "type of 'k' 13"});
+  cases.push_back({"nested", GgufBuilder().Raw("k", 9, GgufBuilder::U32(9)).Build(),
+                   absl::StatusCode::kInvalidArgument, "nested"});
+  cases.push_back({"bool", GgufBuilder().Raw("k", 7, std::string(1, '\x02')).Build(),
+                   absl::StatusCode::kInvalidArgument, "bool byte is 2"});
+  cases.push_back({"dup_key", GgufBuilder().U32Kv("k", 1).U32Kv("k", 2).Build(),
+                   absl::StatusCode::kInvalidArgument, "duplicate metadata key 'k'"});
+  cases.push_back({"alignment", GgufBuilder().U32Kv("general.alignment", 24).Build(),
+                   absl::StatusCode::kInvalidArgument, "general.alignment"});
+  cases.push_back({"alignment_type", GgufBuilder().StrKv("general.alignment", "32").Build(),
+                   absl::StatusCode::kInvalidArgument, "general.alignment"});
+  cases.push_back({"n_dims", GgufBuilder().F32Tensor("t", {1, 1, 1, 1, 1}, {1}).Build(),
+                   absl::StatusCode::kInvalidArgument, "n_dims 5"});
+  cases.push_back({"zero_dim", GgufBuilder().F32Tensor("t", {4, 0}, {}).Build(),
+                   absl::StatusCode::kInvalidArgument, "dim 1 = 0"});
+  cases.push_back({"overflow_dim",
+                   GgufBuilder().F32Tensor("t", {1ull << 40, 1ull << 40}, {}).Build(),
+                   absl::StatusCode::kInvalidArgument, "too large"});
+  GgufBuilder::Tensor q5;
+  q5.name = "q";
+  q5.dims = {32};
+  q5.type = 6;  // Q5_0
+  q5.data = std::string(22, '\0');
+  cases.push_back({"ggml_type", GgufBuilder().AddTensor(q5).Build(),
+                   absl::StatusCode::kUnimplemented, "ggml type 6 (Q5_0)"});
+  GgufBuilder::Tensor q4;
+  q4.name = "q";
+  q4.dims = {16};
+  q4.type = 3;  // Q4_1, blocks of 32
+  q4.data = std::string(20, '\0');
+  cases.push_back({"partial_block", GgufBuilder().AddTensor(q4).Build(),
+                   absl::StatusCode::kInvalidArgument, "row length 16"});
+  GgufBuilder::Tensor misaligned;
+  misaligned.name = "m";
+  misaligned.dims = {1};
+  misaligned.offset = 4;
+  cases.push_back({"misaligned", GgufBuilder().AddTensor(misaligned).Build(),
+                   absl::StatusCode::kInvalidArgument, "offset 4 is not a multiple"});
+  GgufBuilder::Tensor past_end;
+  past_end.name = "p";
+  past_end.dims = {1000};
+  past_end.offset = 0;
+  cases.push_back({"past_end", GgufBuilder().AddTensor(past_end).Build(),
+                   absl::StatusCode::kDataLoss, "'p' data"});
+  GgufBuilder::Tensor overlap = past_end;
+  overlap.name = "o";
+  overlap.dims = {8};
+  overlap.data = std::string(32, '\0');
+  overlap.offset = -1;
+  GgufBuilder::Tensor overlap2 = overlap;
+  overlap2.name = "o2";
+  overlap2.offset = 0;
+  cases.push_back({"overlap", GgufBuilder().AddTensor(overlap).AddTensor(overlap2).Build(),
+                   absl::StatusCode::kInvalidArgument, "overlap"});
+  cases.push_back({"dup_tensor",
+                   GgufBuilder().F32Tensor("t", {1}, {1}).F32Tensor("t", {1}, {2}).Build(),
+                   absl::StatusCode::kInvalidArgument, "duplicate tensor name 't'"});
+  return cases;
+}
+
+TEST(GgufFileTest, MalformedFilesGiveClearErrors) {
+  for (const BadCase& c : BadCases()) {
+    auto f = ParseImage(c.image);
+    ASSERT_FALSE(f.ok()) << c.name;
+    EXPECT_EQ(f.status().code(), c.code) << c.name << ": " << f.status();
+    EXPECT_NE(f.status().message().find(c.needle), std::string::npos)
+        << c.name << ": " << f.status();
+    EXPECT_NE(f.status().message().find("test.gguf"), std::string::npos) << c.name;
+  }
+}
+
+TEST(GgufFileTest, EveryTruncationIsDataLossOrInvalid) {
+  const std::string valid = ValidBuilder().Build();
+  ASSERT_TRUE(ParseImage(valid).ok());
+  for (size_t n = 0; n < valid.size(); ++n) {
+    auto f = ParseImage(valid.substr(0, n));
+    ASSERT_FALSE(f.ok()) << "prefix " << n << " of " << valid.size() << " parsed";
+    EXPECT_TRUE(f.status().code() == absl::StatusCode::kDataLoss ||
+                f.status().code() == absl::StatusCode::kInvalidArgument)
+        << "prefix " << n << ": " << f.status();
+  }
+}
+
+TEST(GgufFileTest, RandomCorruptionNeverCrashes) {
+  const std::string valid = ValidBuilder().Build();
+  std::mt19937 rng(12);
+  int rejected = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string img = valid;
+    const int flips = 1 + trial % 4;
+    for (int k = 0; k < flips; ++k) {
+      img[rng() % img.size()] = static_cast<char>(rng() & 0xff);
+    }
+    auto f = ParseImage(img);
+    if (!f.ok()) {
+      ++rejected;
+      EXPECT_NE(f.status().code(), absl::StatusCode::kInternal) << f.status();
+      continue;
+    }
+    // Whatever parses has every tensor inside the image.
+    for (const GgufTensor& t : (*f)->tensors()) {
+      const auto* base = reinterpret_cast<const uint8_t*>(
+          static_cast<const std::string*>((*f)->owner().get())->data());
+      EXPECT_GE(t.data, base);
+      EXPECT_LE(t.data + t.nbytes, base + img.size()) << t.name;
+    }
+  }
+  EXPECT_GT(rejected, 100);
+}
+
+// ---- metadata → config ----
+
+GgufBuilder LlamaBuilder(int64_t heads = 4, int64_t kv_heads = 2) {
+  GgufBuilder b;
+  b.StrKv("general.architecture", "llama")
+      .U32Kv("llama.embedding_length", 16)
+      .U32Kv("llama.block_count", 2)
+      .U32Kv("llama.attention.head_count", heads)
+      .U32Kv("llama.attention.head_count_kv", kv_heads)
+      .U32Kv("llama.feed_forward_length", 24)
+      .F32Kv("llama.rope.freq_base", 500000.0f)
+      .F32Kv("llama.attention.layer_norm_rms_epsilon", 1e-5f)
+      .U32Kv("llama.context_length", 128)
+      .StrArrayKv("tokenizer.ggml.tokens", {"a", "b", "c", "d", "e"})
+      .U32Kv("tokenizer.ggml.bos_token_id", 1)
+      .U32Kv("tokenizer.ggml.eos_token_id", 2)
+      .F32Tensor("token_embd.weight", {16, 5}, std::vector<float>(80, 0.5f));
+  return b;
+}
+
+TEST(GgufConfigTest, LlamaKeysBecomeTheConfig) {
+  auto f = ParseImage(LlamaBuilder().Build());
+  ASSERT_TRUE(f.ok()) << f.status();
+  auto mc = GgufModelConfig(**f);
+  ASSERT_TRUE(mc.ok()) << mc.status();
+  const LlamaConfig& c = mc->llama;
+  EXPECT_EQ(mc->arch, Architecture::kLlama);
+  EXPECT_EQ(c.hidden_size, 16);
+  EXPECT_EQ(c.num_layers, 2);
+  EXPECT_EQ(c.num_heads, 4);
+  EXPECT_EQ(c.num_kv_heads, 2);
+  EXPECT_EQ(c.head_dim, 4);
+  EXPECT_EQ(c.intermediate_size, 24);
+  EXPECT_EQ(c.vocab_size, 5);
+  EXPECT_EQ(c.rope_theta, 500000.0);
+  EXPECT_NEAR(c.rms_norm_eps, 1e-5, 1e-12);
+  EXPECT_EQ(c.max_position_embeddings, 128);
+  EXPECT_TRUE(c.tie_word_embeddings);  // no output.weight
+  EXPECT_EQ(mc->bos_token_id, 1);
+  EXPECT_EQ(mc->eos_token_ids, (std::vector<int64_t>{2}));
+}
+
+TEST(GgufConfigTest, RefusesWhatIsNotImplementedNamingTheKey) {
+  struct Case {
+    GgufBuilder b;
+    absl::StatusCode code;
+    const char* needle;
+  };
+  std::vector<Case> cases;
+  {
+    GgufBuilder b;
+    b.StrKv("general.architecture", "gpt2");
+    cases.push_back({b, absl::StatusCode::kUnimplemented, "'general.architecture' = \"gpt2\""});
+  }
+  cases.push_back({LlamaBuilder().StrKv("llama.rope.scaling.type", "yarn"),
+                   absl::StatusCode::kUnimplemented, "'llama.rope.scaling.type' = \"yarn\""});
+  cases.push_back({LlamaBuilder().F32Kv("llama.rope.scaling.factor", 4.0f),
+                   absl::StatusCode::kUnimplemented, "llama.rope.scaling.factor"});
+  cases.push_back({LlamaBuilder().U32Kv("llama.rope.dimension_count", 2),
+                   absl::StatusCode::kUnimplemented, "llama.rope.dimension_count"});
+  cases.push_back({LlamaBuilder().U32Kv("llama.expert_count", 8), absl::StatusCode::kUnimplemented,
+                   "llama.expert_count"});
+  cases.push_back({LlamaBuilder(4, 3), absl::StatusCode::kInvalidArgument,
+                   "'llama.attention.head_count_kv' (3) must divide"});
+  cases.push_back({LlamaBuilder().F32Tensor("rope_freqs.weight", {2}, {1, 1}),
+                   absl::StatusCode::kUnimplemented, "rope_freqs.weight"});
+  {
+    GgufBuilder b;
+    b.StrKv("general.architecture", "llama").U32Kv("llama.embedding_length", 16);
+    cases.push_back({b, absl::StatusCode::kNotFound, "'llama.block_count' is missing"});
+  }
+  {
+    GgufBuilder b;
+    b.StrKv("general.architecture", "llama").StrKv("llama.embedding_length", "16");
+    cases.push_back(
+        {b, absl::StatusCode::kInvalidArgument, "'llama.embedding_length' has type string"});
+  }
+  for (Case& c : cases) {
+    auto f = ParseImage(c.b.Build());
+    ASSERT_TRUE(f.ok()) << f.status();
+    auto mc = GgufModelConfig(**f);
+    ASSERT_FALSE(mc.ok()) << c.needle;
+    EXPECT_EQ(mc.status().code(), c.code) << mc.status();
+    EXPECT_NE(mc.status().message().find(c.needle), std::string::npos) << mc.status();
+  }
+}
+
+TEST(GgufConfigTest, TensorNamesMapToHuggingFace) {
+  EXPECT_EQ(GgufToHfName("token_embd.weight"), "model.embed_tokens.weight");
+  EXPECT_EQ(GgufToHfName("output.weight"), "lm_head.weight");
+  EXPECT_EQ(GgufToHfName("output_norm.weight"), "model.norm.weight");
+  EXPECT_EQ(GgufToHfName("blk.12.attn_q.weight"), "model.layers.12.self_attn.q_proj.weight");
+  EXPECT_EQ(GgufToHfName("blk.0.ffn_norm.weight"),
+            "model.layers.0.post_attention_layernorm.weight");
+  EXPECT_EQ(GgufToHfName("blk.3.ffn_down.weight"), "model.layers.3.mlp.down_proj.weight");
+  EXPECT_EQ(GgufToHfName("blk.03.ffn_down.weight"), "");
+  EXPECT_EQ(GgufToHfName("blk.1.attn_q.bias"), "");
+  EXPECT_EQ(GgufToHfName("rope_freqs.weight"), "");
+}
+
+// convert_hf_to_gguf.py's permute, written from its definition:
+// w.reshape(n_head, 2, d/2, cols).swapaxes(1, 2).reshape(w.shape).
+std::vector<float> Permute(const std::vector<float>& w, int64_t n_head, int64_t d, int64_t cols) {
+  std::vector<float> out(w.size());
+  const int64_t half = d / 2;
+  for (int64_t h = 0; h < n_head; ++h) {
+    for (int64_t i = 0; i < half; ++i) {
+      for (int64_t j = 0; j < 2; ++j) {
+        // out[h][i][j] = in[h][j][i]
+        for (int64_t c = 0; c < cols; ++c) {
+          out[((h * half + i) * 2 + j) * cols + c] = w[((h * 2 + j) * half + i) * cols + c];
+        }
+      }
+    }
+  }
+  return out;
+}
+
+TEST(GgufConfigTest, UnpermuteInvertsTheConverterPermutation) {
+  for (auto [heads, d, cols] :
+       {std::tuple<int64_t, int64_t, int64_t>{3, 8, 5}, {1, 2, 1}, {2, 64, 3}}) {
+    std::vector<float> w(heads * d * cols);
+    for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i);
+    std::vector<float> p = Permute(w, heads, d, cols);
+    if (d > 2) EXPECT_NE(p, w);
+    UnpermuteQK(p.data(), heads, d, cols);
+    EXPECT_EQ(p, w) << heads << " heads of " << d;
+  }
+}
+
+TEST(GgufCheckpointTest, TensorsUnderHfNamesWithQkUnpermuted) {
+  // 2 heads of 4 (hidden 8), 1 KV head; q rows 0..7 stored permuted.
+  const int64_t D = 8;
+  std::vector<float> q(D * D), k(4 * D);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>(i);
+  for (size_t i = 0; i < k.size(); ++i) k[i] = 100.0f + i;
+  GgufBuilder b;
+  b.StrKv("general.architecture", "llama")
+      .U32Kv("llama.embedding_length", D)
+      .U32Kv("llama.block_count", 1)
+      .U32Kv("llama.attention.head_count", 2)
+      .U32Kv("llama.attention.head_count_kv", 1)
+      .U32Kv("llama.feed_forward_length", 4)
+      .F32Kv("llama.attention.layer_norm_rms_epsilon", 1e-6f)
+      .F32Tensor("token_embd.weight", {D, 3}, std::vector<float>(3 * D, 1.0f))
+      .F32Tensor("blk.0.attn_q.weight", {D, D}, Permute(q, 2, 4, D))
+      .F32Tensor("blk.0.attn_k.weight", {D, 4}, Permute(k, 1, 4, D))
+      .F32Tensor("blk.0.attn_v.weight", {D, 4}, k);
+  auto f = ParseImage(b.Build());
+  ASSERT_TRUE(f.ok()) << f.status();
+  auto mc = GgufModelConfig(**f);
+  ASSERT_TRUE(mc.ok()) << mc.status();
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    auto ckpt = GgufCheckpoint(*f, mc->llama, dt);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    auto qi = (*ckpt)->Find("model.layers.0.self_attn.q_proj.weight", {D, D});
+    ASSERT_TRUE(qi.ok()) << qi.status();
+    auto ki = (*ckpt)->Find("model.layers.0.self_attn.k_proj.weight", {4, D});
+    ASSERT_TRUE(ki.ok()) << ki.status();
+    std::vector<float> got_q(q.size()), got_k(k.size());
+    ConvertToF32((*qi)->data, (*qi)->dtype, q.size(), got_q.data());
+    ConvertToF32((*ki)->data, (*ki)->dtype, k.size(), got_k.data());
+    EXPECT_EQ(got_q, q) << DTypeName(dt);  // small integers: exact in bf16
+    for (size_t i = 0; i < k.size(); ++i) {
+      EXPECT_NEAR(got_k[i], k[i], dt == DType::kF32 ? 0 : 0.5) << i;
+    }
+    EXPECT_EQ((*qi)->dtype, dt);
+  }
+  // A tensor with an unknown name is refused by name.
+  GgufBuilder bad = b;
+  bad.F32Tensor("blk.0.attn_q.bias", {D}, std::vector<float>(D));
+  auto fb = ParseImage(bad.Build());
+  ASSERT_TRUE(fb.ok()) << fb.status();
+  auto cb = GgufCheckpoint(*fb, mc->llama);
+  ASSERT_FALSE(cb.ok());
+  EXPECT_NE(cb.status().message().find("'blk.0.attn_q.bias'"), std::string::npos) << cb.status();
+}
+
+}  // namespace
+}  // namespace treespec
