@@ -5,7 +5,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/generate_telemetry.h"
+#include "absl/strings/match.h"
+#include "core/tokenizer/gguf_tokenizer.h"
 #include "core/tokenizer/tokenizer_config.h"
+#include "core/util/gguf.h"
 #include "rpc/status_convert.h"
 
 namespace treespec {
@@ -73,6 +76,7 @@ absl::StatusOr<HttpServerOptions> HttpOptionsFromFiles(const std::string& listen
                                                        const std::string& chat_template_file) {
   HttpServerOptions options;
   options.listen = listen;
+  const bool is_gguf = absl::EndsWithIgnoreCase(tokenizer_dir, ".gguf");
   std::optional<std::string> source;
   std::string origin;
   if (!chat_template_file.empty()) {
@@ -85,6 +89,24 @@ absl::StatusOr<HttpServerOptions> HttpOptionsFromFiles(const std::string& listen
     ss << in.rdbuf();
     source = ss.str();
     origin = "--chat_template " + chat_template_file;
+  } else if (is_gguf) {
+    auto file = GgufFile::Open(tokenizer_dir);
+    if (!file.ok()) return file.status();
+    auto read = GgufChatTemplate(**file);
+    if (!read.ok()) return read.status();
+    if (!read->empty()) source = *read;
+    origin = tokenizer_dir;
+    // bos_token / eos_token: the strings of tokenizer.ggml.bos_token_id / eos_token_id.
+    auto tokens = (*file)->GetStringArray("tokenizer.ggml.tokens");
+    if (tokens.ok()) {
+      auto token = [&](const char* key) -> std::string {
+        auto id = (*file)->GetIntOr(key, -1);
+        if (!id.ok() || *id < 0 || *id >= static_cast<int64_t>((*tokens)->size())) return "";
+        return (**tokens)[*id];
+      };
+      options.bos_token = token("tokenizer.ggml.bos_token_id");
+      options.eos_token = token("tokenizer.ggml.eos_token_id");
+    }
   } else if (!tokenizer_dir.empty()) {
     auto read = ReadChatTemplate(tokenizer_dir);
     if (!read.ok()) return read.status();
@@ -99,7 +121,7 @@ absl::StatusOr<HttpServerOptions> HttpOptionsFromFiles(const std::string& listen
     }
     options.chat_template = *parsed;
   }
-  if (!tokenizer_dir.empty()) {
+  if (!tokenizer_dir.empty() && !is_gguf) {
     auto config = ReadTokenizerConfig(tokenizer_dir);
     if (!config.ok()) return config.status();
     options.bos_token = config->bos_token;

@@ -25,8 +25,10 @@ class CoordinatorHttpBackend : public GenerationBackend {
 };
 
 // HTTP options for --http-listen: the chat template from `chat_template_file`
-// if given, else from the tokenizer directory (none: chat requests get 400), and
-// bos_token / eos_token from its tokenizer_config.json. Errors name the flag or file.
+// if given, else from the tokenizer directory (ReadChatTemplate) or .gguf file
+// (tokenizer.chat_template); none: chat requests get 400. bos_token / eos_token
+// from tokenizer_config.json, or the GGUF's BOS / EOS token strings. Errors name
+// the flag or file.
 absl::StatusOr<HttpServerOptions> HttpOptionsFromFiles(const std::string& listen,
                                                        const std::string& tokenizer_dir,
                                                        const std::string& chat_template_file);

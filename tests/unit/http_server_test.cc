@@ -3,7 +3,12 @@
 // bodies, error codes, auth, chat templates, and cancellation on disconnect.
 #include "coordinator/http_server.h"
 
+#include "coordinator/http_backend.h"
+#include "tests/testing/test_util.h"
+
 #include <httplib.h>
+
+#include <unistd.h>
 
 #include <atomic>
 #include <thread>
@@ -287,6 +292,34 @@ TEST_F(HttpServerTest, ClientDisconnectCancelsAStream) {
   EXPECT_FALSE(res);  // the client stopped reading and closed the connection
   for (int i = 0; i < 500 && !backend_.cancelled_.load(); ++i) absl::SleepFor(absl::Milliseconds(10));
   EXPECT_TRUE(backend_.cancelled_.load()) << "the stream was not cancelled after the client left";
+}
+
+TEST(HttpOptionsTest, ChatTemplateFromFlagTokenizerDirOrGguf) {
+  const std::string demo = std::string(TREESPEC_SOURCE_DIR) + "/models/demo/target";
+  auto plain = HttpOptionsFromFiles("127.0.0.1:0", demo, "");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->chat_template.has_value());  // the demo model has none
+  EXPECT_EQ(plain->bos_token, "<s>");
+  EXPECT_EQ(plain->eos_token, "</s>");
+  auto missing = HttpOptionsFromFiles("127.0.0.1:0", demo, "/no/such/template.jinja");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("--chat_template"));
+  auto bad_listen = HttpOptionsFromFiles("nowhere", demo, "");
+  EXPECT_THAT(std::string(bad_listen.status().message()), HasSubstr("--http-listen"));
+
+  const std::string gguf =
+      testing::SharedModels() + "/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (access(gguf.c_str(), R_OK) != 0) GTEST_SKIP() << gguf << " is absent";
+  auto smol = HttpOptionsFromFiles("127.0.0.1:0", gguf, "");
+  ASSERT_TRUE(smol.ok()) << smol.status();
+  ASSERT_TRUE(smol->chat_template.has_value());
+  EXPECT_EQ(smol->bos_token, "<|im_start|>");
+  EXPECT_EQ(smol->eos_token, "<|im_end|>");
+  auto text = ApplyChatTemplate(*smol->chat_template, {{"user", "Hi"}}, {true, "", ""});
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text,
+            "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+            "Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
 }
 
 TEST(HttpListenTest, ParsesAndRejectsAddresses) {
