@@ -130,20 +130,33 @@ std::vector<OpenOutcome> TargetRunner::Open(const std::vector<OpenSpec>& specs) 
       longest = std::max(longest, spec.prompt.size());
     }
   }
-  const size_t chunk = static_cast<size_t>(options_.prefill_chunk_tokens);
-  for (size_t offset = 0; offset < longest; offset += chunk) {
+  for (size_t offset = 0; offset < longest;) {
     // Verify calls waiting for the lock go first: live streams never wait
     // for more than one chunk of somebody else's prompt.
     mu_.LockWhen(absl::Condition(&NoVerifyWaiting, &verifies_waiting_));
-    PrefillChunk(specs, offset, &work, &out);
+    const size_t chunk = ChunkTokens(work.size());
+    PrefillChunk(specs, offset, chunk, &work, &out);
     mu_.Unlock();
+    offset += chunk;
   }
   return out;
 }
 
-void TargetRunner::PrefillChunk(const std::vector<OpenSpec>& specs, size_t offset,
+size_t TargetRunner::ChunkTokens(size_t num_seqs) const {
+  constexpr int64_t kMinPrefillChunk = 16;
+  // Verify batches this recent mean live streams: keep each chunk's forward
+  // pass about as long as their steps' (Sarathi-style chunked prefill).
+  constexpr absl::Duration kLive = absl::Milliseconds(250);
+  int64_t budget = options_.prefill_chunk_tokens;
+  if (absl::Now() - last_verify_at_ < kLive) {
+    budget = std::min(budget, std::max(kMinPrefillChunk, last_verify_tokens_));
+  }
+  const int64_t per_seq = budget / std::max<int64_t>(1, static_cast<int64_t>(num_seqs));
+  return static_cast<size_t>(std::max<int64_t>(std::min(kMinPrefillChunk, budget), per_seq));
+}
+
+void TargetRunner::PrefillChunk(const std::vector<OpenSpec>& specs, size_t offset, size_t chunk,
                                 std::vector<Prefilling>* work, std::vector<OpenOutcome>* out) {
-  const size_t chunk = static_cast<size_t>(options_.prefill_chunk_tokens);
   std::vector<ForwardSeq> batch;
   std::vector<Prefilling*> members;
   for (Prefilling& p : *work) {
@@ -250,6 +263,11 @@ std::vector<StepOutcome> TargetRunner::Verify(const std::vector<StepSpec>& steps
     if (modes[batch_index[b]] != VerifyMode::kGreedy && !batch_seq[b]->sampling.greedy()) {
       options.argmax_only = false;
     }
+  }
+  if (!batch.empty()) {
+    last_verify_tokens_ = 0;
+    for (const ForwardSeq& f : batch) last_verify_tokens_ += static_cast<int64_t>(f.tokens.size());
+    last_verify_at_ = absl::Now();
   }
   const int64_t t0 = NowNs();
   ForwardOutput fo;

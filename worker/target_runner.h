@@ -54,7 +54,10 @@ struct TargetRunnerOptions {
   int64_t max_context = 2048;    // prompt + completion
   int64_t max_tree_nodes = 128;  // per sequence per step, root included
   int64_t max_sequences = 256;
-  // Longest prompt piece prefilled under the lock at once.
+  // Longest prompt piece prefilled under the lock at once. While other
+  // sequences are verifying, a piece is no larger than their last verify
+  // batch (at least kMinPrefillChunk tokens), so a live stream's step waits
+  // for at most about one step's worth of somebody else's prompt.
   int64_t prefill_chunk_tokens = 256;
   // Sequences untouched this long are released by ReleaseExpired (zero: never).
   absl::Duration sequence_lease = absl::ZeroDuration();
@@ -146,8 +149,10 @@ class TargetRunner {
   absl::Status CheckStep(const StepSpec& step, const Seq& seq, VerifyMode mode) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int32_t SampleFirst(const Seq& seq, const float* logits) const;
-  // Runs the prompt chunk at `offset` of every unfinished sequence.
-  void PrefillChunk(const std::vector<OpenSpec>& specs, size_t offset,
+  // Prompt tokens per sequence for the next chunk of an Open of `num_seqs`.
+  size_t ChunkTokens(size_t num_seqs) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs the prompt chunk [offset, offset + chunk) of every unfinished sequence.
+  void PrefillChunk(const std::vector<OpenSpec>& specs, size_t offset, size_t chunk,
                     std::vector<Prefilling>* work, std::vector<OpenOutcome>* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailOpen(uint64_t id, int64_t handle, absl::Status st, OpenOutcome* out)
@@ -159,6 +164,9 @@ class TargetRunner {
   // Verify calls waiting for mu_: a prefilling Open lets them go first.
   std::atomic<int> verifies_waiting_{0};
   SequenceTable<Seq> table_ ABSL_GUARDED_BY(mu_);
+  // Tokens of the last Verify's forward pass and when it ran (chunk sizing).
+  int64_t last_verify_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time last_verify_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
 }  // namespace treespec
