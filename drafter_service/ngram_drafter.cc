@@ -6,13 +6,28 @@
 #include "core/util/status_macros.h"
 
 namespace treespec {
+namespace {
+
+// Hash of tokens[0..n) (read through `at`), distinct per length n.
+template <typename At>
+uint64_t NgramKey(int32_t n, At at) {
+  uint64_t h = 0x9e3779b97f4a7c15ull ^ static_cast<uint64_t>(n);
+  for (int32_t j = 0; j < n; ++j) {
+    h ^= static_cast<uint32_t>(at(j));
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+  }
+  return h;
+}
+
+}  // namespace
 
 void NgramIndex::Append(int32_t token) {
   const int64_t pos = static_cast<int64_t>(history_.size());
   // Every n-gram ending just before `pos` is followed by `token`.
   for (int32_t n = min_n_; n <= max_n_ && n <= pos; ++n) {
-    std::vector<int32_t> key(history_.end() - n, history_.end());
-    std::vector<Follower>& f = followers_[std::move(key)];
+    const int32_t* gram = history_.data() + pos - n;
+    std::vector<Follower>& f = followers_[NgramKey(n, [&](int32_t j) { return gram[j]; })];
     auto it = std::find_if(f.begin(), f.end(), [&](const Follower& x) { return x.token == token; });
     if (it == f.end()) {
       f.push_back({token, 1, pos});
@@ -31,13 +46,12 @@ std::vector<NgramIndex::Continuation> NgramIndex::Lookup(const std::vector<int32
   const int64_t total = static_cast<int64_t>(history_.size() + path.size());
   const int32_t longest = static_cast<int32_t>(std::min<int64_t>(max_n_, total));
   for (int32_t n = longest; n >= min_n_; --n) {
-    std::vector<int32_t> key(n);
-    for (int32_t j = 0; j < n; ++j) {
+    const uint64_t key = NgramKey(n, [&](int32_t j) {
       const int64_t p = total - n + j;  // position in history ++ path
-      key[j] = p < static_cast<int64_t>(history_.size())
-                   ? history_[p]
-                   : path[p - static_cast<int64_t>(history_.size())];
-    }
+      return p < static_cast<int64_t>(history_.size())
+                 ? history_[p]
+                 : path[p - static_cast<int64_t>(history_.size())];
+    });
     auto it = followers_.find(key);
     if (it == followers_.end()) continue;
     std::vector<Follower> f = it->second;

@@ -65,7 +65,9 @@ class NgramIndex {
   };
   const int32_t min_n_, max_n_;
   std::vector<int32_t> history_;
-  absl::flat_hash_map<std::vector<int32_t>, std::vector<Follower>> followers_;
+  // Keyed by a 64-bit hash of the n-gram: a collision can only cost a wrong
+  // draft, which verification rejects, never a wrong output.
+  absl::flat_hash_map<uint64_t, std::vector<Follower>> followers_;
 };
 
 class NgramDrafter : public Drafter {
