@@ -110,7 +110,10 @@ int Main() {
     auto started = HttpServer::Start(&http_backend, std::move(*options));
     if (!started.ok()) return FailService(started.status());
     http = std::move(*started);
-    std::printf("OpenAI HTTP API on %s\n", absl::GetFlag(FLAGS_http_listen).c_str());
+    // The bound port, so that --http-listen HOST:0 tells its clients where it is.
+    const std::string listen = absl::GetFlag(FLAGS_http_listen);
+    std::printf("OpenAI HTTP API on %s:%d\n", listen.substr(0, listen.rfind(':')).c_str(),
+                http->port());
     std::fflush(stdout);
   }
   // After the drain, traces are flushed and the metrics endpoint stops before

@@ -69,8 +69,11 @@ class Drafter {
 };
 
 struct DrafterOptions {
-  std::string kind;             // "mamba" | "transformer": must match the model's kind
-  std::string model_dir;
+  std::string kind;             // "mamba" | "transformer": must match the model's kind; "ngram"
+  std::string model_dir;        // ngram: optional, only for its vocabulary size
+  int64_t vocab_size = 0;       // ngram: 0 takes it from model_dir
+  int32_t ngram_min = 1;        // ngram: shortest and longest suffix matched
+  int32_t ngram_max = 8;
   int64_t max_sequences = 64;
   int64_t max_tree_nodes = 64;  // root included
   int64_t max_context = 4096;   // transformer: KV per sequence
@@ -83,6 +86,7 @@ struct DrafterOptions {
 
 // Loads the drafter model of options.model_dir on `backend` (which must
 // outlive it); INVALID_ARGUMENT when options.kind does not match the model.
+// Kind "ngram" loads no model (drafter_service/ngram_drafter.h).
 class Backend;
 absl::StatusOr<std::unique_ptr<Drafter>> CreateDrafter(const DrafterOptions& options,
                                                        Backend* backend);

@@ -1,4 +1,5 @@
-// treespec-drafter: serves one drafter model (mamba or transformer) over gRPC.
+// treespec-drafter: serves one drafter (a mamba or transformer model, or the
+// model-free ngram drafter) over gRPC.
 #include <algorithm>
 #include <cstdio>
 
@@ -10,9 +11,15 @@
 #include "drafter_service/drafter_telemetry.h"
 #include "rpc/service_main.h"
 
-ABSL_FLAG(std::string, kind, "mamba", "Drafter kind: mamba or transformer (must match --model)");
+ABSL_FLAG(std::string, kind, "mamba",
+          "Drafter kind: mamba or transformer (must match --model), or ngram (suffix matching over "
+          "each sequence's own tokens; no model, any target of its vocabulary)");
 ABSL_FLAG(std::string, model, "",
-          "Hugging Face model directory of the drafter, or a llama-family .gguf file");
+          "Hugging Face model directory of the drafter, or a llama-family .gguf file; ngram: "
+          "optional, a model (e.g. the target) whose vocabulary size to use");
+ABSL_FLAG(int64_t, vocab_size, 0, "ngram: vocabulary size of the target (0: from --model)");
+ABSL_FLAG(int32_t, ngram_min, 1, "ngram: shortest suffix match that proposes children");
+ABSL_FLAG(int32_t, ngram_max, 8, "ngram: longest suffix matched");
 ABSL_FLAG(std::string, device, "cpu", "Backend: cpu, cpu:THREADS, cuda, cuda:N, cuda:N:bf16");
 ABSL_FLAG(int64_t, max_sequences, 64, "Most concurrently open sequences");
 ABSL_FLAG(int64_t, max_tree_nodes, 64, "Largest tree per sequence (root included)");
@@ -30,6 +37,9 @@ int Main() {
   DrafterOptions options;
   options.kind = absl::GetFlag(FLAGS_kind);
   options.model_dir = absl::GetFlag(FLAGS_model);
+  options.vocab_size = absl::GetFlag(FLAGS_vocab_size);
+  options.ngram_min = absl::GetFlag(FLAGS_ngram_min);
+  options.ngram_max = absl::GetFlag(FLAGS_ngram_max);
   options.max_sequences = absl::GetFlag(FLAGS_max_sequences);
   options.max_tree_nodes = absl::GetFlag(FLAGS_max_tree_nodes);
   options.max_context = absl::GetFlag(FLAGS_max_context);
@@ -52,7 +62,8 @@ int Main() {
         });
   }
   const std::string& dir = options.model_dir;
-  DrafterService service(drafter->get(), dir.substr(dir.find_last_of('/') + 1));
+  DrafterService service(drafter->get(),
+                         dir.empty() ? std::string("ngram") : dir.substr(dir.find_last_of('/') + 1));
   auto obs = StartServiceObservability("treespec-drafter");
   if (!obs.ok()) return FailService(obs.status());
   RegisterDrafterTelemetry(&service, obs->get());
@@ -68,6 +79,7 @@ int main(int argc, char** argv) {
   treespec::InitServiceMain(
       argc, argv,
       "Serves a drafter model that proposes token trees.\n"
-      "Usage: treespec-drafter --kind mamba|transformer --model DIR --listen HOST:PORT");
+      "Usage: treespec-drafter --kind mamba|transformer --model DIR --listen HOST:PORT\n"
+      "       treespec-drafter --kind ngram (--vocab-size N | --model DIR|FILE.gguf) --listen HOST:PORT");
   return treespec::Main();
 }

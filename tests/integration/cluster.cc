@@ -298,6 +298,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(ClusterConfig config) {
   TS_RETURN_IF_ERROR(add(config.mamba, "mamba", {"mamba", kMambaModel, n}));
   TS_RETURN_IF_ERROR(add(config.self, "self", {"transformer", config.worker.model, n}));
   TS_RETURN_IF_ERROR(add(config.garbage, "garbage", {"transformer", kGarbageModel, n}));
+  TS_RETURN_IF_ERROR(add(config.ngram, "ngram", {"ngram", config.worker.model, n}));
   TS_ASSIGN_OR_RETURN(c->coordinator_, InProcessCoordinator::Start(std::move(cc)));
   c->stub_ = c->coordinator_->NewStub();
   return c;

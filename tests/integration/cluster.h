@@ -92,7 +92,7 @@ class InProcessWorker {
 // ---------------------------------------------------------------- drafters
 
 struct DrafterConfig {
-  std::string kind = "mamba";  // "mamba" | "transformer"
+  std::string kind = "mamba";  // "mamba" | "transformer" | "ngram" (model: for its vocabulary)
   std::string model = kMambaModel;
   int64_t max_sequences = 32;
   int64_t max_tree_nodes = 64;
@@ -218,6 +218,7 @@ struct ClusterConfig {
   bool mamba = true;
   bool self = true;
   bool garbage = true;
+  bool ngram = true;  // "ngram": the model-free n-gram drafter (vocabulary of worker.model)
   int64_t drafter_max_sequences = 32;  // of each drafter
   CoordinatorOptions coordinator;      // default_drafter "none" unless set
   std::chrono::milliseconds verify_delay{0};

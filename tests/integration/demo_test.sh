@@ -30,6 +30,10 @@ if run_demo "$OUT/ok.log"; then
   grep -q '^== demo finished' "$OUT/ok.log" || { echo "FAIL: no '== demo finished'"; fail=1; }
   n=$(grep -c 'mean accepted length' "$OUT/ok.log")
   [ "$n" -ge 4 ] || { echo "FAIL: expected at least 4 completions with statistics, got $n"; fail=1; }
+  # With the SmolLM2 GGUF present, the chat section (OpenAI endpoint) must run through.
+  if [ -f "${TREESPEC_SHARED_MODELS:-../shared/models}/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf" ]; then
+    grep -q '^== chat demo finished' "$OUT/ok.log" || { echo "FAIL: no '== chat demo finished'"; fail=1; }
+  fi
 else
   echo "FAIL: demo exited non-zero"; cat "$OUT/ok.log"; fail=1
 fi

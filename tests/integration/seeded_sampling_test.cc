@@ -62,7 +62,7 @@ TEST_P(SeededSamplingTest, SameIdsAloneAndInsideABatchOfEight) {
   EXPECT_EQ(alone.final_chunk.speculation().fallback_steps(), 0);
 
   // The batch: the probe among requests that differ in every other respect.
-  const std::vector<std::string> drafters = {"mamba", "self", "none"};
+  const std::vector<std::string> drafters = {"mamba", "self", "ngram", "none"};
   const std::vector<v1::VerificationMode> modes = {v1::VERIFICATION_MODE_MULTIROUND,
                                                    v1::VERIFICATION_MODE_TARGET_SAMPLING,
                                                    v1::VERIFICATION_MODE_UNSPECIFIED};
@@ -108,6 +108,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"mamba_multiround", "mamba", v1::VERIFICATION_MODE_MULTIROUND},
                       Case{"mamba_target_sampling", "mamba", v1::VERIFICATION_MODE_TARGET_SAMPLING},
                       Case{"self_multiround", "self", v1::VERIFICATION_MODE_MULTIROUND},
+                      // ngram trees carry no q: nodes fall back to target sampling.
+                      Case{"ngram_multiround", "ngram", v1::VERIFICATION_MODE_MULTIROUND},
                       Case{"plain", "none", v1::VERIFICATION_MODE_UNSPECIFIED}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 

@@ -1,5 +1,5 @@
 // Greedy speculative decoding is lossless: through the real services on
-// loopback, every drafter kind (mamba, transformer) and every tree shape
+// loopback, every drafter kind (mamba, transformer, ngram) and every tree shape
 // (a chain, fixed trees, the "auto" bandit) streams exactly the tokens that
 // plain greedy decoding (drafter "none") streams, alone and with 8 concurrent
 // requests. A drafter that is the target itself gets every draft accepted; a
@@ -117,7 +117,7 @@ std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
 
 std::vector<Case> AllCases() {
   std::vector<Case> out;
-  for (const char* d : {"mamba", "self", "garbage"}) {
+  for (const char* d : {"mamba", "self", "garbage", "ngram"}) {
     for (const std::string& t : kTrees) out.push_back({d, t});
   }
   return out;
@@ -155,10 +155,10 @@ TEST_P(EquivalenceByShape, EightConcurrentRequestsEqualPlainGreedy) {
 INSTANTIATE_TEST_SUITE_P(DraftersAndTrees, EquivalenceByShape, ::testing::ValuesIn(AllCases()),
                          CaseName);
 
-// Every lane and shape at once: 8 requests over three drafters (three lanes)
+// Every lane and shape at once: 8 requests over four drafters (four lanes)
 // with different shapes within a lane, plus plain ones, all concurrent.
 TEST_F(SpeculativeEquivalenceTest, MixedConcurrentBatchEqualsPlainGreedy) {
-  const std::vector<std::string> drafters = {"mamba", "self", "garbage", "none"};
+  const std::vector<std::string> drafters = {"mamba", "self", "garbage", "ngram", "none"};
   std::vector<v1::GenerateRequest> reqs;
   for (int i = 0; i < kConcurrency; ++i) {
     reqs.push_back(MakeRequest(PromptFor(i), kConcurrentMaxTokens, drafters[i % drafters.size()],
