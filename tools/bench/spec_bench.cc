@@ -11,6 +11,8 @@
 //
 //   build/bin/spec_bench [--target models/demo/target]
 //       [--drafters mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter]
+//       (a useless drafter: useless:transformer=build/useless-drafter, written by
+//       tools/models/randomize_weights.py)
 //       [--trees "auto;chain:4;3,2,2,1,1"] [--max_tokens 128] [--requests_per_client 2]
 //       [--concurrency 1,4,16,64] [--rounds 3]
 #include <signal.h>
@@ -31,7 +33,7 @@
 
 ABSL_FLAG(std::string, target, "models/demo/target", "Target model directory");
 ABSL_FLAG(std::string, drafters, "mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter",
-          "KIND=DIR[,KIND=DIR...]");
+          "[NAME:]KIND=DIR[,...] (NAME defaults to KIND)");
 ABSL_FLAG(std::string, trees, "auto;chain:4;3,2,2,1,1",
           "';'-separated tree shapes of the speculative runs (auto: planned per step)");
 ABSL_FLAG(std::string, concurrency, "1,4,16,64", "Concurrent clients per run");
@@ -175,6 +177,9 @@ int Main() {
   std::vector<std::string> names;
   for (absl::string_view kd : absl::StrSplit(absl::GetFlag(FLAGS_drafters), ',', absl::SkipEmpty())) {
     std::vector<std::string> p = absl::StrSplit(kd, absl::MaxSplits('=', 1));
+    std::vector<std::string> nk = absl::StrSplit(p[0], absl::MaxSplits(':', 1));
+    if (nk.size() == 2) p[0] = nk[1];
+    const std::string name = nk[0];
     Child d = Spawn({bin + "/treespec-drafter", "--kind", p[0], "--model", p[1], "--listen",
                      "127.0.0.1:0", "--device", device});
     if (d.address.empty()) {
@@ -183,8 +188,8 @@ int Main() {
       return 1;
     }
     children.push_back(d);
-    drafters.push_back({p[0], MakeGrpcDrafterClient(d.address, {})});
-    names.push_back(p[0]);
+    drafters.push_back({name, MakeGrpcDrafterClient(d.address, {})});
+    names.push_back(name);
   }
   auto tok = LoadTokenizer(absl::GetFlag(FLAGS_target));
   CoordinatorOptions options;
