@@ -35,7 +35,7 @@ void SpecPlanner::SeedPrior(const VerifyStepFeatures& f, double s) {
     for (int64_t batch : {1, 4, 16}) {
       for (int64_t per_seq : {1, 4, 16}) {
         VerifyStepFeatures x{batch, batch * per_seq, f.context_tokens / f.batch * batch};
-        v.push_back({x, s / 2 + s / (4 * b) * batch + s / (4 * b) * x.tree_tokens});
+        v.push_back({x, s / 2 + s / (2 * b) * x.tree_tokens});
       }
     }
     absl::StatusOr<VerifyCostModel> m = VerifyCostModel::FitProfile(v);
@@ -48,7 +48,7 @@ void SpecPlanner::SeedPrior(const VerifyStepFeatures& f, double s) {
       for (int64_t depth : {1, 3, 6}) {
         for (int64_t width : {1, 3}) {
           DraftStepFeatures x{depth, batch * depth, batch * depth * width};
-          d.push_back({x, s / 4 + s / 4 * depth + s / (16 * b) * x.nodes});
+          d.push_back({x, s / 4 + s / (4 * b) * x.seq_levels + s / (16 * b) * x.nodes});
         }
       }
     }

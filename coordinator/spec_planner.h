@@ -12,10 +12,14 @@
 // no coefficients, so Ready() is false and every auto sequence decodes
 // plainly; the first plain step's measured forward time s for batch B then
 // seeds a conservative prior,
-//   verify: per_step = s/2, per_sequence = per_token = s/(4B)
-// (so a plain step of B costs s and every extra tree token costs a quarter of a
-// sequence's share), and
-//   draft:  per_call = s/4, per_level = s/4, per_node = s/(16B),
+//   verify: per_step = s/2, per_sequence = 0, per_token = s/(2B)
+// (a plain step of B costs s and every extra tree token half a sequence's
+// share: about right on a CPU, pessimistic on a GPU; a per-sequence cost
+// cannot be told from per_step until the batch size varies, so it starts at 0
+// and every token, not the step, carries the batch's cost), and
+//   draft:  per_call = s/4, per_sequence_level = s/(4B), per_node = s/(16B)
+// (level costs scale with the batch: with chains the three features are
+// collinear, and the prior decides the split),
 // which the online refits (LinearTimeModel::Observe, window 256, prior worth
 // 8 steps) then move to the measured times within a few dozen steps. The
 // drafter's cost and acceptance can only be learned by calling it, and under

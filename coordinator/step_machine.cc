@@ -100,7 +100,11 @@ StepMachine::Admission StepMachine::Admit(std::vector<std::shared_ptr<RequestSta
     s->tel.Admit(options_.telemetry, *req, now);
     s->out = std::make_unique<SeqOutput>(req, options_.tokenizer);
     const GenerationRequest& g = req->request();
-    if (g.auto_tree && !options_.plan_auto && !options_.bandit_shapes.empty()) {
+    // A sampled request keeps a per-sequence bandit: its seed must reproduce
+    // its text, and the planner's choices depend on measured times and on
+    // the other sequences (multi-round verification's output depends on the tree).
+    const bool sampled = g.sampling.temperature > 0;
+    if (g.auto_tree && (!options_.plan_auto || sampled) && !options_.bandit_shapes.empty()) {
       absl::StatusOr<UcbBandit> b = UcbBandit::Create(options_.bandit_shapes, options_.bandit);
       if (b.ok()) s->bandit = std::move(*b);
     }
@@ -219,7 +223,8 @@ void StepMachine::PlanAuto() {
     PlanSequence p;
     p.context_tokens = static_cast<int64_t>(s->tokens.size());
     p.remaining_tokens = std::max<int64_t>(1, g.max_tokens - s->out->counted());
-    p.can_draft = s->drafter == Seq::Drafter::kOpen && (g.auto_tree || g.tree.has_value());
+    p.can_draft = s->drafter == Seq::Drafter::kOpen && !s->bandit.has_value() &&
+                  (g.auto_tree || g.tree.has_value());
     if (p.can_draft && !g.auto_tree) p.fixed_shape = g.tree;
     if (p.can_draft && g.auto_tree) {
       num_auto += 1;

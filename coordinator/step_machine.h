@@ -60,7 +60,10 @@ struct StepMachineOptions {
   BanditOptions bandit;
   // "auto" plans every step's trees for the whole batch with SpecPlanner
   // (spec_planner.h; bandit_shapes are its candidates); false: a UCB bandit
-  // per sequence over bandit_shapes, as before.
+  // per sequence over bandit_shapes, as before. Sampled requests
+  // (temperature > 0) always use the per-sequence bandit, so that a seed
+  // reproduces the text: the planner's choices depend on measured times and
+  // on the rest of the batch, and a sampled step's outcome on its tree.
   bool plan_auto = true;
   PlannerOptions planner{.explore = 0.05};
   const Tokenizer* tokenizer = nullptr;         // text deltas; null: ids only

@@ -292,6 +292,17 @@ TEST_F(LaneTest, AutoWithAUselessDrafterStopsCallingIt) {
   EXPECT_NEAR(sp.planned_committed_tokens(), 1.0, 1e-9);
 }
 
+TEST_F(LaneTest, SampledAutoRequestsKeepTheirReproducibleBandit) {
+  Start();
+  v1::GenerateRequest r = Request({4}, 60, "d", "auto");
+  r.mutable_sampling()->set_temperature(0.8f);
+  Outcome o = Collect(Submit(r).get());
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  const v1::SpeculationStats& sp = o.final_chunk.speculation();
+  EXPECT_EQ(sp.planned_steps(), 0) << "the planner depends on timing; a seed must reproduce";
+  EXPECT_GT(TotalDrafts(drafter_.shapes()), 0);
+}
+
 TEST_F(LaneTest, AnExplicitShapeIsHonouredExactly) {
   drafter_.mode = FakeDrafter::Mode::kUseless;  // auto would drop it; a named shape is kept
   Start();
