@@ -34,7 +34,7 @@ void SpecPlanner::SeedPrior(const VerifyStepFeatures& f, double s) {
     std::vector<VerifySample> v;
     for (int64_t batch : {1, 4, 16}) {
       for (int64_t per_seq : {1, 4, 16}) {
-        VerifyStepFeatures x{batch, batch * per_seq, f.context_tokens / f.batch * batch};
+        VerifyStepFeatures x{batch, batch * per_seq, 0};
         v.push_back({x, s / 2 + s / (2 * b) * x.tree_tokens});
       }
     }
@@ -63,6 +63,9 @@ absl::StatusOr<ShapePlan> SpecPlanner::Plan(absl::Span<const PlanSequence> batch
   a.AdvanceRound();
   PlannerOptions o = options_.planner;
   o.overhead_seconds = overhead_;
+  std::vector<PlanSequence> seqs(batch.begin(), batch.end());
+  for (PlanSequence& s : seqs) s.context_tokens = 0;  // see SpecPlannerOptions
+  batch = seqs;
   if (probes_ < options_.probe_steps) {
     // Probe: draft the probe shape (cut to the budget) for every sequence that may.
     ShapePlan p;
@@ -83,7 +86,20 @@ absl::StatusOr<ShapePlan> SpecPlanner::Plan(absl::Span<const PlanSequence> batch
     probes_ += p.call_drafter;
     return p;
   }
-  return PlanShapes(batch, options_.candidates, a, verify_, draft_, o);
+  absl::StatusOr<ShapePlan> plan = PlanShapes(batch, options_.candidates, a, verify_, draft_, o);
+  if (!plan.ok() || !plan->call_drafter) return plan;
+  if (plan->tokens_per_second() >= options_.min_gain * plan->plain_tokens_per_second()) return plan;
+  // Not worth it: plain decoding, except for sequences that named a shape.
+  plan->call_drafter = false;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i].fixed_shape.has_value() && batch[i].can_draft) {
+      plan->call_drafter = true;
+      continue;
+    }
+    plan->shapes[i].reset();
+    plan->expected_tokens[i] = 1.0;
+  }
+  return plan;
 }
 
 void SpecPlanner::ObserveTrees(absl::Span<const TokenTree> trees,
@@ -97,8 +113,9 @@ void SpecPlanner::ObserveVerify(const VerifyStepFeatures& f, double forward_seco
   // A worker that reports no forward time is timed by the RPC.
   if (!(forward_seconds > 0)) forward_seconds = rpc_seconds;
   if (!(forward_seconds > 0) || f.batch < 1) return;
-  SeedPrior(f, forward_seconds);
-  verify_.Observe(f, forward_seconds);
+  const VerifyStepFeatures g{f.batch, f.tree_tokens, 0};
+  SeedPrior(g, forward_seconds);
+  verify_.Observe(g, forward_seconds);
   const double extra = std::max(0.0, rpc_seconds - forward_seconds);
   overhead_ = overhead_ == 0.0 ? extra : kOverheadDecay * overhead_ + (1 - kOverheadDecay) * extra;
 }

@@ -54,6 +54,15 @@ struct SpecPlannerOptions {
   PlannerOptions planner{.explore = 0.05};
   AcceptanceModelOptions acceptance;
   int probe_steps = 4;                                     // see the header comment
+  // A plan speculates only when its predicted rate (without the exploration
+  // bonus) beats plain decoding's by this factor: the models' errors (noisy
+  // times, acceptance drift) must not turn a predicted gain into a loss.
+  double min_gain = 1.1;
+  // The verify model's context term is not used (context_tokens = 0 in plans
+  // and observations): online, context grows together with the trees a
+  // sequence is given, the fit cannot tell the two apart, and the term then
+  // extrapolates to a large batch as a big constant that favours deep trees.
+  // A start-up profile that varies context on its own can identify it.
   TreeShape probe = *TreeShape::FromFanouts({1, 1, 1});  // chain:3
 };
 
