@@ -62,7 +62,7 @@ class SpeculativeEquivalenceTest : public ::testing::Test {
     EXPECT_EQ(s.drafter(), drafter) << what;
     EXPECT_GT(s.steps(), 0) << what;
     EXPECT_EQ(s.fallback_steps(), 0) << what;
-    EXPECT_GT(s.drafted_tokens(), 0) << what;
+    EXPECT_GT(s.drafted_tokens(), 0) << what << " " << s.ShortDebugString();
     EXPECT_LE(s.accepted_tokens(), s.drafted_tokens()) << what;
     // The first token comes from the prefill; every step commits its accepted
     // drafts plus one bonus token, and no step overshoots max_tokens.
