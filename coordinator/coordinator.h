@@ -34,8 +34,9 @@ namespace treespec {
 
 struct CoordinatorOptions {
   std::string default_drafter;                // empty: the first drafter, or "none"
-  std::string default_tree = "3,2,2,1,1";     // shape or "auto"
-  std::string bandit_trees = "chain:4;3,2,2,1,1;3,3,2,1;2,2,2,2;4,2,1";
+  std::string default_tree = "auto";          // shape or "auto" (planned per step)
+  std::string bandit_trees =  // the shapes "auto" chooses among
+      "chain:1;chain:2;chain:3;chain:4;chain:6;2,1,1;2,2,1,1;3,2,2,1,1;3,3,2,1;2,2,2,2;4,2,1";
   int max_queue = 256;                        // waiting (not yet admitted) requests
   int max_batch = 64;                         // live sequences per lane
   int64_t max_tree_nodes = 64;                // must fit workers' and drafters' limits

@@ -17,9 +17,11 @@ ABSL_FLAG(std::string, drafters, "",
 ABSL_FLAG(std::string, tokenizer, "",
           "Model directory (or .gguf file) whose tokenizer encodes text prompts");
 ABSL_FLAG(std::string, default_drafter, "", "Drafter for speculation.drafter=auto (default: first)");
-ABSL_FLAG(std::string, default_tree, "3,2,2,1,1", "Tree shape when a request names none, or auto");
-ABSL_FLAG(std::string, bandit_trees, "chain:4;3,2,2,1,1;3,3,2,1;2,2,2,2;4,2,1",
-          "Shapes the UCB bandit chooses from for tree=auto (';'-separated)");
+ABSL_FLAG(std::string, default_tree, "auto",
+          "Tree shape when a request names none, or auto (planned per step by cost and acceptance)");
+ABSL_FLAG(std::string, bandit_trees,
+          "chain:1;chain:2;chain:3;chain:4;chain:6;2,1,1;2,2,1,1;3,2,2,1,1;3,3,2,1;2,2,2,2;4,2,1",
+          "Shapes tree=auto chooses among (';'-separated)");
 ABSL_FLAG(int32_t, max_queue, 256, "Requests waiting for admission before RESOURCE_EXHAUSTED");
 ABSL_FLAG(int32_t, max_batch, 64, "Live sequences per (worker, drafter) lane");
 ABSL_FLAG(int64_t, max_tree_nodes, 64, "Largest tree a request may ask for (root included)");

@@ -50,6 +50,7 @@ Lane::Lane(WorkerEndpoint* worker, DrafterEndpoint* drafter, LaneOptions options
         StepMachineOptions m;
         m.bandit_shapes = options_.bandit_shapes;
         m.bandit = options_.bandit;
+        m.plan_auto = options_.plan_auto;
         m.tokenizer = options_.tokenizer;
         m.telemetry = options_.telemetry;
         m.worker_name = worker->name;
@@ -235,6 +236,8 @@ void Lane::Step() {
   trace.End(r.status());
   machine_.ApplyVerify(r);
   const LaneRpc::Timing t = rpc_.TakeTiming();
+  const int64_t draft_ns = t.drafter_reported_ns > 0 ? t.drafter_reported_ns : t.draft_ns;
+  if (r.ok()) machine_.OnStepTimes(draft_ns * 1e-9, t.worker_forward_ns * 1e-9, t.verify_ns * 1e-9);
   absl::MutexLock lock(&mu_);
   stats_.steps += 1;
   stats_.draft_ns += t.draft_ns;

@@ -50,8 +50,9 @@ struct LaneOptions {
   std::chrono::milliseconds draft_timeout{5000};
   std::chrono::milliseconds release_timeout{5000};
   int max_batch = 64;                    // live plus opening sequences
-  std::vector<TreeShape> bandit_shapes;  // arms for speculation.tree = "auto"
+  std::vector<TreeShape> bandit_shapes;  // candidate shapes for speculation.tree = "auto"
   BanditOptions bandit;
+  bool plan_auto = true;  // StepMachineOptions::plan_auto (false: per-sequence UCB bandit)
   const Tokenizer* tokenizer = nullptr;  // for text deltas; null: ids only
   // Sequence ids; required. The coordinator starts it at a random 64-bit
   // base so that replicas sharing a worker never collide.

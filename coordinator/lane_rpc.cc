@@ -163,7 +163,10 @@ absl::StatusOr<std::vector<DraftReply>> LaneRpc::Draft(const std::vector<DraftIt
     r.tree_status = ValidateDraftedTree(dr->tree(), options_.vocab_size, options_.max_tree_nodes);
     r.num_nodes = dr->tree().tokens_size();
     r.root = r.num_nodes > 0 ? dr->tree().tokens(0) : -1;
-    if (r.tree_status.ok()) payloads_[items[i].id].Swap(dr->mutable_tree());
+    if (r.tree_status.ok()) {
+      r.parents.assign(dr->tree().parents().begin(), dr->tree().parents().end());
+      payloads_[items[i].id].Swap(dr->mutable_tree());
+    }
   }
   return out;
 }
@@ -201,6 +204,7 @@ absl::StatusOr<std::vector<VerifyReply>> LaneRpc::Verify(const std::vector<Verif
     out[i].status = FromProto(r.status());
     out[i].tokens.assign(r.tokens().begin(), r.tokens().end());
     out[i].num_accepted = r.num_accepted();
+    out[i].accepted_nodes.assign(r.accepted_nodes().begin(), r.accepted_nodes().end());
   }
   return out;
 }

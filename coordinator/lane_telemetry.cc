@@ -87,6 +87,14 @@ void SeqTelemetry::OnDrafterError(const char* reason) {
   t_->drafter_errors->WithLabels({drafter_, reason})->Inc();
 }
 
+void SeqTelemetry::OnPlanned(int64_t draft_nodes, double expected_tokens, int32_t committed) {
+  if (t_ == nullptr) return;
+  t_->planned_steps->WithLabels({drafter_, draft_nodes > 0 ? "true" : "false"})->Inc();
+  t_->planned_tree_nodes->WithLabels({drafter_})->Observe(static_cast<double>(draft_nodes));
+  t_->planned_expected_tokens->WithLabels({drafter_})->Observe(expected_tokens);
+  t_->planned_committed_tokens->WithLabels({drafter_})->Observe(committed);
+}
+
 void SeqTelemetry::OnVerify(int64_t nodes, int32_t accepted, const std::string& tree) {
   if (t_ == nullptr) return;
   step_ += 1;

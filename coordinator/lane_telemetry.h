@@ -48,6 +48,9 @@ class SeqTelemetry {
   // This step's verification: `nodes` tree nodes (1: a plain step), `accepted`
   // drafted tokens accepted; `tree` is the drafted shape ("" for none).
   void OnVerify(int64_t nodes, int32_t accepted, const std::string& tree);
+  // A step planned by tree=auto: `draft_nodes` verified (0: plain), the
+  // predicted tokens and those committed.
+  void OnPlanned(int64_t draft_nodes, double expected_tokens, int32_t committed);
   // The sequence ended (events mode: records its `decode` span).
   void Finish(const absl::Status& status);
 

@@ -78,6 +78,13 @@ void SeqOutput::Final(FinishReason finish, const SpecTotals& totals, const Times
   sp->set_fallback_steps(totals.fallback_steps);
   sp->set_drafter_errors(totals.drafter_errors);
   if (totals.steps > 0) sp->set_mean_accepted_length(totals.mean_accepted_length());
+  sp->set_plain_steps(totals.plain_steps);
+  sp->set_planned_steps(totals.planned_steps);
+  if (totals.planned_steps > 0) {
+    sp->set_planned_expected_tokens(totals.planned_expected / totals.planned_steps);
+    sp->set_planned_committed_tokens(static_cast<double>(totals.planned_committed) /
+                                     totals.planned_steps);
+  }
   last.set_seed(g.seed);
   req_->Push(std::move(last));
 }

@@ -42,6 +42,8 @@ struct StepMachine::Seq {
   uint64_t drafter_step = 1;
   Clock::time_point drafter_retry_at;
   std::optional<UcbBandit> bandit;
+  std::optional<TreeShape> planned;   // "auto": this step's shape from the planner
+  std::vector<int32_t> draft_parents;  // the drafted tree's structure
   // The step in flight and the totals.
   StepRecord rec;
   SpecTotals totals;
@@ -51,7 +53,10 @@ struct StepMachine::Seq {
   SeqTelemetry tel;
 };
 
-StepMachine::StepMachine(StepMachineOptions options) : options_(std::move(options)) {}
+StepMachine::StepMachine(StepMachineOptions options)
+    : options_(std::move(options)),
+      planner_(std::make_unique<SpecPlanner>(
+          SpecPlannerOptions{options_.bandit_shapes, options_.planner, {}})) {}
 StepMachine::~StepMachine() = default;
 
 bool StepMachine::Stepping(const Seq& s) {
@@ -95,7 +100,11 @@ StepMachine::Admission StepMachine::Admit(std::vector<std::shared_ptr<RequestSta
     s->tel.Admit(options_.telemetry, *req, now);
     s->out = std::make_unique<SeqOutput>(req, options_.tokenizer);
     const GenerationRequest& g = req->request();
-    if (g.auto_tree && !options_.bandit_shapes.empty()) {
+    // A sampled request keeps a per-sequence bandit: its seed must reproduce
+    // its text, and the planner's choices depend on measured times and on
+    // the other sequences (multi-round verification's output depends on the tree).
+    const bool sampled = g.sampling.temperature > 0;
+    if (g.auto_tree && (!options_.plan_auto || sampled) && !options_.bandit_shapes.empty()) {
       absl::StatusOr<UcbBandit> b = UcbBandit::Create(options_.bandit_shapes, options_.bandit);
       if (b.ok()) s->bandit = std::move(*b);
     }
@@ -196,16 +205,69 @@ std::optional<TreeShape> StepMachine::ChooseShape(Seq* s) {
     s->rec.arm = s->bandit->Select();
     return s->bandit->arm(s->rec.arm);
   }
+  if (g.auto_tree && options_.plan_auto) return s->planned;
   return g.tree;
+}
+
+// The whole batch's trees at once: auto sequences get the planner's shape or
+// none, fixed shapes are passed through so their cost is counted. Before the
+// cost models have a prior (no step measured yet) auto sequences decode plainly.
+void StepMachine::PlanAuto() {
+  std::vector<Seq*> batch;
+  std::vector<PlanSequence> plan_in;
+  int num_auto = 0, num_greedy = 0;
+  for (auto& s : seqs_) {
+    if (!Stepping(*s)) continue;
+    const GenerationRequest& g = s->req->request();
+    s->planned.reset();
+    PlanSequence p;
+    p.context_tokens = static_cast<int64_t>(s->tokens.size());
+    p.remaining_tokens = std::max<int64_t>(1, g.max_tokens - s->out->counted());
+    p.can_draft = s->drafter == Seq::Drafter::kOpen && !s->bandit.has_value() &&
+                  (g.auto_tree || g.tree.has_value());
+    if (p.can_draft && !g.auto_tree) p.fixed_shape = g.tree;
+    if (p.can_draft && g.auto_tree) {
+      num_auto += 1;
+      num_greedy += g.sampling.temperature == 0;
+      s->rec.planned = true;
+      s->rec.expected_tokens = 1.0;
+    }
+    batch.push_back(s.get());
+    plan_in.push_back(std::move(p));
+  }
+  if (num_auto == 0 || !planner_->Ready()) return;
+  absl::StatusOr<ShapePlan> plan = planner_->Plan(plan_in, 2 * num_greedy >= num_auto);
+  if (!plan.ok()) return;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Seq* s = batch[i];
+    if (!s->rec.planned) continue;
+    s->planned = plan->shapes[i];
+    s->rec.expected_tokens = plan->expected_tokens[i];
+  }
+}
+
+void StepMachine::OnStepTimes(double draft_seconds, double forward_seconds,
+                              double verify_rpc_seconds) {
+  if (draft_seconds > 0 && step_draft_.levels > 0) planner_->ObserveDraft(step_draft_, draft_seconds);
+  if (step_verify_.batch > 0) {
+    planner_->ObserveVerify(step_verify_, forward_seconds, verify_rpc_seconds);
+  }
+  step_verify_ = {};
+  step_draft_ = {};
 }
 
 std::vector<DraftItem> StepMachine::PlanDrafts() {
   std::vector<DraftItem> items;
   drafting_.clear();
+  step_draft_ = {};
   for (auto& s : seqs_) {
     if (!Stepping(*s)) continue;
     s->rec = StepRecord{};
     s->rec.step = s->worker_step;
+  }
+  if (options_.plan_auto) PlanAuto();
+  for (auto& s : seqs_) {
+    if (!Stepping(*s)) continue;
     const GenerationRequest& g = s->req->request();
     if (s->drafter == Seq::Drafter::kNone) continue;
     if (s->drafter != Seq::Drafter::kOpen) {
@@ -259,6 +321,18 @@ void StepMachine::ApplyDrafts(const absl::StatusOr<std::vector<DraftReply>>& rep
     } else {
       s->rec.draft = DraftVerdict::kDrafted;
       s->rec.nodes = r.num_nodes;
+      s->draft_parents = r.parents;
+      if (static_cast<int64_t>(r.parents.size()) == r.num_nodes) {
+        std::vector<int32_t> depth(r.parents.size(), 0);
+        int32_t deepest = 0;
+        for (size_t v = 1; v < depth.size(); ++v) {
+          depth[v] = depth[r.parents[v]] + 1;
+          deepest = std::max(deepest, depth[v]);
+        }
+        step_draft_.levels = std::max<int64_t>(step_draft_.levels, deepest);
+        step_draft_.seq_levels += deepest;
+        step_draft_.nodes += r.num_nodes - 1;
+      }
       s->tel.OnDraft(s->rec.tree, r.num_nodes);
     }
   }
@@ -268,6 +342,7 @@ void StepMachine::ApplyDrafts(const absl::StatusOr<std::vector<DraftReply>>& rep
 std::vector<VerifyItem> StepMachine::PlanVerify() {
   std::vector<VerifyItem> items;
   verifying_.clear();
+  step_verify_ = {};
   for (auto& s : seqs_) {
     if (!Stepping(*s)) continue;
     const bool drafted = s->rec.draft == DraftVerdict::kDrafted;
@@ -277,11 +352,16 @@ std::vector<VerifyItem> StepMachine::PlanVerify() {
     items.push_back({s->id, s->worker_step, s->tokens.back(), drafted,
                      s->req->request().mode, &s->tel});
     verifying_.push_back(s->id);
+    step_verify_.batch += 1;
+    step_verify_.tree_tokens += s->rec.nodes;
+    step_verify_.context_tokens += static_cast<int64_t>(s->tokens.size());
   }
   return items;
 }
 
 void StepMachine::ApplyVerify(const absl::StatusOr<std::vector<VerifyReply>>& replies) {
+  std::vector<TokenTree> greedy_trees, sampled_trees;
+  std::vector<std::vector<int32_t>> greedy_paths, sampled_paths;
   for (size_t i = 0; i < verifying_.size(); ++i) {
     Seq* s = Find(verifying_[i]);
     if (s == nullptr || s->done) continue;
@@ -295,6 +375,16 @@ void StepMachine::ApplyVerify(const absl::StatusOr<std::vector<VerifyReply>>& re
       continue;
     }
     const VerifyReply& r = (*replies)[i];
+    if (r.status.ok() && s->rec.draft == DraftVerdict::kDrafted && !r.accepted_nodes.empty() &&
+        static_cast<int64_t>(s->draft_parents.size()) == s->rec.nodes) {
+      const bool greedy = s->req->request().sampling.temperature == 0;
+      TokenTree t;
+      t.parents = std::move(s->draft_parents);
+      t.tokens.resize(t.parents.size());
+      for (size_t v = 0; v < t.tokens.size(); ++v) t.tokens[v] = static_cast<int32_t>(v);
+      (greedy ? greedy_trees : sampled_trees).push_back(std::move(t));
+      (greedy ? greedy_paths : sampled_paths).push_back(r.accepted_nodes);
+    }
     if (!r.status.ok()) {
       Finish(s, r.status);
     } else if (r.tokens.empty()) {
@@ -304,6 +394,8 @@ void StepMachine::ApplyVerify(const absl::StatusOr<std::vector<VerifyReply>>& re
     }
   }
   verifying_.clear();
+  planner_->ObserveTrees(greedy_trees, greedy_paths, true);
+  planner_->ObserveTrees(sampled_trees, sampled_paths, false);
 }
 
 void StepMachine::Commit(Seq* s, const VerifyReply& r) {
@@ -317,6 +409,7 @@ void StepMachine::Commit(Seq* s, const VerifyReply& r) {
   }
   s->totals.Add(rec);
   s->tel.OnVerify(rec.nodes, drafted ? r.num_accepted : 0, drafted ? rec.tree : std::string());
+  if (rec.planned) s->tel.OnPlanned(rec.nodes - 1, rec.expected_tokens, rec.committed);
   s->tokens.insert(s->tokens.end(), r.tokens.begin(), r.tokens.end());
   s->times.last_token = Clock::now();
   const FinishReason f = s->out->Emit(r.tokens);

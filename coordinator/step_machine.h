@@ -50,13 +50,22 @@
 #include "coordinator/lane_telemetry.h"
 #include "coordinator/request.h"
 #include "coordinator/seq_output.h"
+#include "coordinator/spec_planner.h"
 #include "coordinator/step_record.h"
 
 namespace treespec {
 
 struct StepMachineOptions {
-  std::vector<TreeShape> bandit_shapes;  // arms for speculation.tree = "auto"
+  std::vector<TreeShape> bandit_shapes;  // candidate shapes for speculation.tree = "auto"
   BanditOptions bandit;
+  // "auto" plans every step's trees for the whole batch with SpecPlanner
+  // (spec_planner.h; bandit_shapes are its candidates); false: a UCB bandit
+  // per sequence over bandit_shapes, as before. Sampled requests
+  // (temperature > 0) always use the per-sequence bandit, so that a seed
+  // reproduces the text: the planner's choices depend on measured times and
+  // on the rest of the batch, and a sampled step's outcome on its tree.
+  bool plan_auto = true;
+  PlannerOptions planner{.explore = 0.05};
   const Tokenizer* tokenizer = nullptr;         // text deltas; null: ids only
   CoordinatorTelemetry* telemetry = nullptr;    // null: no metrics or traces
   std::string worker_name = "worker";           // in UNAVAILABLE messages
@@ -98,6 +107,7 @@ struct DraftReply {
   absl::Status tree_status;  // whether the tree is well-formed (checked by the client layer)
   int64_t num_nodes = 0;
   int32_t root = -1;
+  std::vector<int32_t> parents;  // the tree's structure, for the acceptance model
 };
 struct VerifyItem {
   uint64_t id = 0;
@@ -111,6 +121,7 @@ struct VerifyReply {
   absl::Status status;
   std::vector<int32_t> tokens;  // committed: accepted drafts then the bonus
   int32_t num_accepted = 0;
+  std::vector<int32_t> accepted_nodes;  // accepted tree nodes, root first
 };
 
 class StepMachine {
@@ -147,6 +158,11 @@ class StepMachine {
   void ApplyDrafts(const absl::StatusOr<std::vector<DraftReply>>& replies);
   std::vector<VerifyItem> PlanVerify();
   void ApplyVerify(const absl::StatusOr<std::vector<VerifyReply>>& replies);
+  // Measured times of the step just applied: the Draft call (the drafter's
+  // reported time, else the RPC's; 0 when not called), the worker's forward
+  // pass and the Verify RPC's wall time. Feeds the planner's cost models.
+  void OnStepTimes(double draft_seconds, double forward_seconds, double verify_rpc_seconds);
+  const SpecPlanner& planner() const { return *planner_; }
   // Telemetry of the planned items' sequences (for BatchRpcTrace).
   std::vector<SeqTelemetry*> Telemetry(const std::vector<uint64_t>& ids);
 
@@ -171,10 +187,14 @@ class StepMachine {
   void Finish(Seq* s, absl::Status status);
   void Commit(Seq* s, const VerifyReply& r);
   std::optional<TreeShape> ChooseShape(Seq* s);
+  void PlanAuto();
 
   const StepMachineOptions options_;
   std::vector<std::unique_ptr<Seq>> seqs_;      // in admission order
   std::vector<uint64_t> drafting_, verifying_;     // the items of the step in flight
+  std::unique_ptr<SpecPlanner> planner_;
+  VerifyStepFeatures step_verify_;  // the step in flight, for the cost models
+  DraftStepFeatures step_draft_;
 };
 
 }  // namespace treespec

@@ -39,6 +39,12 @@ void SpecTotals::Add(const StepRecord& r) {
     accepted += r.accepted;
     last_tree = r.tree;
   }
+  if (r.draft != DraftVerdict::kDrafted) plain_steps += 1;
+  if (r.planned) {
+    planned_steps += 1;
+    planned_expected += r.expected_tokens;
+    planned_committed += r.committed;
+  }
   if (IsFallback(r.draft)) fallback_steps += 1;
   if (IsDrafterError(r.draft)) drafter_errors += 1;
 }

@@ -42,6 +42,8 @@ struct StepRecord {
   int64_t nodes = 1;                   // verified tree nodes, root included (1: plain)
   int32_t accepted = 0;                // drafted tokens the target accepted
   int32_t committed = 0;               // tokens committed (accepted + bonus)
+  bool planned = false;                // "auto": the planner chose this step's tree (or none)
+  double expected_tokens = 0.0;        // planned: predicted tokens of the step (1 + E[accepted])
 };
 
 // A request's speculative totals, summed from its StepRecords.
@@ -52,6 +54,10 @@ struct SpecTotals {
   int32_t fallback_steps = 0;
   int32_t drafter_errors = 0;
   std::string last_tree = "none";  // shape of the last drafted step
+  int32_t plain_steps = 0;         // steps verified without a draft tree
+  int32_t planned_steps = 0;       // steps whose tree the planner chose
+  double planned_expected = 0.0;   // Σ predicted tokens over planned steps
+  int32_t planned_committed = 0;   // Σ committed tokens over planned steps
 
   void Add(const StepRecord& r);
   double mean_accepted_length() const {

@@ -63,6 +63,21 @@ CoordinatorTelemetry::CoordinatorTelemetry(MetricsRegistry* r, Tracer* tracer, S
                                    "Steps whose draft the drafter got wrong (failed RPC, an error "
                                    "for the sequence, a malformed tree)",
                                    {"drafter", "reason"})),
+      planned_steps(r->AddCounter("treespec_spec_planned_steps_total",
+                                  "Sequence-steps whose tree the tree=auto planner chose; "
+                                  "speculated=false: it chose none (a plain step)",
+                                  {"drafter", "speculated"})),
+      planned_tree_nodes(r->AddHistogram("treespec_spec_planned_tree_nodes",
+                                         "Draft nodes verified per planned sequence-step (0: none)",
+                                         TokenCountBuckets(), {"drafter"})),
+      planned_expected_tokens(r->AddHistogram(
+          "treespec_spec_planned_expected_tokens",
+          "Tokens per planned sequence-step the planner predicted (1 + expected accepted)",
+          TokenCountBuckets(), {"drafter"})),
+      planned_committed_tokens(r->AddHistogram(
+          "treespec_spec_planned_committed_tokens",
+          "Tokens per planned sequence-step committed (compare with the expected histogram)",
+          TokenCountBuckets(), {"drafter"})),
       lane_rpc_seconds(r->AddHistogram("treespec_lane_rpc_seconds",
                                        "Batched RPC time seen by a lane (prefill, drafter_open, "
                                        "draft, verify)",

@@ -109,6 +109,13 @@ class CoordinatorTelemetry {
   CounterFamily* const accepted_by_depth;
   CounterFamily* const fallback_steps;
   CounterFamily* const drafter_errors;
+  // tree=auto, per drafter: the steps the planner chose (speculated "true" or
+  // "false": the share without speculation), the draft nodes it verified (0:
+  // none), and the tokens it predicted per step against those committed.
+  CounterFamily* const planned_steps;
+  HistogramFamily* const planned_tree_nodes;
+  HistogramFamily* const planned_expected_tokens;
+  HistogramFamily* const planned_committed_tokens;
   HistogramFamily* const lane_rpc_seconds;
   HistogramFamily* const lane_batch_size;
 

@@ -92,6 +92,7 @@ for d in "${DRAFTERS[@]}"; do
   IFS=: read -r name kind dir <<<"$d"
   # On a CPU a verify pass costs about one token's time per tree node, so short
   # chains win here; on a GPU a 64-node tree costs little more than one token.
+  gen "greedy, drafter=$name, tree=auto (planned per step)" --drafter "$name"
   gen "greedy, drafter=$name, tree=chain:4" --drafter "$name" --tree chain:4
   gen "greedy, drafter=$name, tree=3,2,2,1,1" --drafter "$name" --tree 3,2,2,1,1
   if [ "$first" = 1 ]; then

@@ -31,6 +31,11 @@ namespace treespec::testing {
 
 inline constexpr int32_t kFakeVocab = 50;
 inline int32_t FakeNext(int32_t t) { return (t * 7 + 3) % kFakeVocab; }
+// FakeWorker's reported forward time: per step plus per tree token.
+inline constexpr int64_t kFakeForwardNsPerStep = 1000000;
+inline constexpr int64_t kFakeForwardNsPerToken = 100000;
+// FakeDrafter's reported draft time per tree level.
+inline constexpr int64_t kFakeDraftNsPerLevel = 100000;
 
 // Polls `condition` every 2 ms until it holds or `timeout` passes.
 template <typename F>
@@ -99,13 +104,18 @@ class FakeWorker {
     num_verifies_ += 1;
     if (fail_verify.load()) return absl::UnavailableError("connection refused");
     v1::VerifyResponse resp;
+    int64_t tree_tokens = 0;
     for (const v1::SequenceStep& st : req.steps()) {
       v1::StepResult* r = resp.add_results();
       r->set_sequence_id(st.sequence_id());
       r->set_step(st.step());
       absl::Status s = VerifyOne(st, r);
       ToProto(s, r->mutable_status());
+      tree_tokens += st.tree().tokens_size();
     }
+    // A simulated forward time, linear in the batch's tree tokens, so cost
+    // models see a verify step that grows with the tree.
+    resp.set_forward_ns(kFakeForwardNsPerStep + kFakeForwardNsPerToken * tree_tokens);
     return resp;
   }
 
@@ -203,6 +213,7 @@ class FakeWorker {
     if (t.tokens_size() > 1) num_drafted_steps_ += 1;
     int node = 0;
     int32_t accepted = 0;
+    r->add_accepted_nodes(0);
     while (true) {
       const int32_t want = FakeNext(t.tokens(node));
       int child = -1;
@@ -212,6 +223,7 @@ class FakeWorker {
       r->add_tokens(want);
       if (child < 0) break;
       node = child;
+      r->add_accepted_nodes(node);
       accepted += 1;
     }
     r->set_num_accepted(accepted);
@@ -235,7 +247,8 @@ class FakeWorker {
 
 class FakeDrafter {
  public:
-  enum class Mode { kGood, kFailRpc, kMalformed };
+  // kUseless: well-formed chains the worker never accepts.
+  enum class Mode { kGood, kFailRpc, kMalformed, kUseless };
   std::atomic<Mode> mode{Mode::kGood};
 
   absl::StatusOr<v1::DrafterOpenResponse> Open(const v1::DrafterOpenRequest& req) {
@@ -259,6 +272,7 @@ class FakeDrafter {
     absl::MutexLock lock(&mu_);
     if (mode.load() == Mode::kFailRpc) return absl::UnavailableError("drafter down");
     v1::DraftResponse resp;
+    int deepest = 0;
     for (const v1::DraftSequence& d : req.sequences()) {
       v1::DraftResult* r = resp.add_results();
       r->set_sequence_id(d.sequence_id());
@@ -272,15 +286,18 @@ class FakeDrafter {
       it->second += 1;
       absl::StatusOr<TreeShape> shape = TreeShape::Parse(d.tree());
       const int depth = shape.ok() ? shape->Depth() : 1;
+      deepest = std::max(deepest, depth);
       int32_t t = d.new_tokens(d.new_tokens_size() - 1);
       r->mutable_tree()->add_tokens(t);
       r->mutable_tree()->add_parents(-1);
       for (int i = 0; i < depth; ++i) {
         t = FakeNext(t);
+        if (mode.load() == Mode::kUseless) t = (t + 1) % kFakeVocab;
         r->mutable_tree()->add_tokens(mode.load() == Mode::kMalformed ? kFakeVocab + 7 : t);
         r->mutable_tree()->add_parents(i);
       }
     }
+    resp.set_draft_ns(kFakeDraftNsPerLevel * deepest);
     return resp;
   }
 

@@ -6,6 +6,7 @@
 // shutdown.
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator.h"
 #include "gtest/gtest.h"
@@ -242,6 +243,7 @@ TEST_F(LaneTest, StopStringEndsTheStreamBeforeIt) {
 TEST_F(LaneTest, BanditLearnsTheDeepestChainFromAcceptedLengths) {
   CoordinatorOptions options;
   options.bandit_trees = "chain:1;chain:6";
+  options.lane.plan_auto = false;
   Start(options);
   Outcome o = Collect(Submit(Request({4}, 300, "d", "auto")).get());
   ASSERT_TRUE(o.status.ok()) << o.status;
@@ -252,6 +254,68 @@ TEST_F(LaneTest, BanditLearnsTheDeepestChainFromAcceptedLengths) {
       << "a perfect drafter makes the deep chain pay: " << shapes["chain:6"] << " vs "
       << shapes["chain:1"];
   EXPECT_EQ(o.final_chunk.speculation().tree(), "chain:6");
+}
+
+int TotalDrafts(const std::map<std::string, int>& shapes) {
+  int n = 0;
+  for (const auto& [shape, count] : shapes) n += count;
+  return n;
+}
+
+TEST_F(LaneTest, AutoWithAPerfectDrafterChoosesDeepTrees) {
+  Start();  // tree "auto" is the default
+  Outcome o = Collect(Submit(Request({4}, 300, "d", "")).get());
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  EXPECT_EQ(o.ids, FakeReference({4}, 300));
+  const v1::SpeculationStats& sp = o.final_chunk.speculation();
+  EXPECT_EQ(sp.planned_steps(), sp.steps()) << "every step is planned";
+  EXPECT_LT(sp.plain_steps(), sp.steps() / 5) << "trees pay: " << sp.DebugString();
+  EXPECT_GT(sp.mean_accepted_length(), 3.0) << sp.DebugString();
+  EXPECT_GT(sp.planned_expected_tokens(), 1.5) << sp.DebugString();
+  EXPECT_GT(sp.planned_committed_tokens(), 3.0) << sp.DebugString();
+  EXPECT_GT(TotalDrafts(drafter_.shapes()), sp.steps() * 3 / 4);
+}
+
+TEST_F(LaneTest, AutoWithAUselessDrafterStopsCallingIt) {
+  drafter_.mode = FakeDrafter::Mode::kUseless;
+  Start();
+  Outcome o = Collect(Submit(Request({4}, 300, "d", "auto")).get());
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  EXPECT_EQ(o.ids, FakeReference({4}, 300));
+  const v1::SpeculationStats& sp = o.final_chunk.speculation();
+  EXPECT_EQ(sp.accepted_tokens(), 0);
+  EXPECT_EQ(sp.planned_steps(), sp.steps());
+  const int drafts = TotalDrafts(drafter_.shapes());
+  EXPECT_LT(drafts, sp.steps() / 5) << "the planner stops calling a useless drafter: " << drafts
+                                    << " drafts in " << sp.steps() << " steps";
+  EXPECT_EQ(sp.plain_steps(), sp.steps() - drafts);
+  EXPECT_NEAR(sp.planned_committed_tokens(), 1.0, 1e-9);
+}
+
+TEST_F(LaneTest, SampledAutoRequestsKeepTheirReproducibleBandit) {
+  Start();
+  v1::GenerateRequest r = Request({4}, 60, "d", "auto");
+  r.mutable_sampling()->set_temperature(0.8f);
+  Outcome o = Collect(Submit(r).get());
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  const v1::SpeculationStats& sp = o.final_chunk.speculation();
+  EXPECT_EQ(sp.planned_steps(), 0) << "the planner depends on timing; a seed must reproduce";
+  EXPECT_GT(TotalDrafts(drafter_.shapes()), 0);
+}
+
+TEST_F(LaneTest, AnExplicitShapeIsHonouredExactly) {
+  drafter_.mode = FakeDrafter::Mode::kUseless;  // auto would drop it; a named shape is kept
+  Start();
+  Outcome o = Collect(Submit(Request({4}, 40, "d", "3,2,2,1,1")).get());
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  const v1::SpeculationStats& sp = o.final_chunk.speculation();
+  std::map<std::string, int> shapes = drafter_.shapes();
+  EXPECT_GE(shapes["3,2,2,1,1"], sp.steps() - 5) << "every step drafts the named shape";
+  for (const auto& [shape, count] : shapes) {
+    EXPECT_TRUE(absl::StartsWith("3,2,2,1,1", shape)) << shape << " is not cut to the budget";
+  }
+  EXPECT_EQ(sp.planned_steps(), 0);
+  EXPECT_LE(sp.plain_steps(), 1) << "only the last step, with no budget for a draft";
 }
 
 TEST_F(LaneTest, AdmissionDoesNotStopLiveStreams) {

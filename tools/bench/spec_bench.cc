@@ -4,14 +4,22 @@
 // for concurrency 1, 4 and 16: tokens/s, mean accepted length and the mean
 // per-step time split into draft (drafter's own time), verify (worker's
 // forward + acceptance) and coordinator + RPC (the rest of the step loop).
+// With --rounds R every configuration runs R times, plain and speculative
+// interleaved (plain, drafter 1, drafter 2, plain, ...), and the table gives
+// the mean tokens/s and the median of the per-round speedups over the plain
+// run of the same round, which is robust to a noisy shared machine.
 //
 //   build/bin/spec_bench [--target models/demo/target]
 //       [--drafters mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter]
-//       [--trees "chain:4;3,2,2,1,1"] [--max_tokens 128] [--requests_per_client 2]
+//       (a useless drafter: useless:transformer=build/useless-drafter, written by
+//       tools/models/randomize_weights.py)
+//       [--trees "auto;chain:4;3,2,2,1,1"] [--max_tokens 128] [--requests_per_client 2]
+//       [--concurrency 1,4,16,64] [--rounds 3]
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -25,9 +33,11 @@
 
 ABSL_FLAG(std::string, target, "models/demo/target", "Target model directory");
 ABSL_FLAG(std::string, drafters, "mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter",
-          "KIND=DIR[,KIND=DIR...]");
-ABSL_FLAG(std::string, trees, "chain:4;3,2,2,1,1", "';'-separated tree shapes of the speculative runs");
-ABSL_FLAG(std::string, concurrency, "1,4,16", "Concurrent clients per run");
+          "[NAME:]KIND=DIR[,...] (NAME defaults to KIND)");
+ABSL_FLAG(std::string, trees, "auto;chain:4;3,2,2,1,1",
+          "';'-separated tree shapes of the speculative runs (auto: planned per step)");
+ABSL_FLAG(std::string, concurrency, "1,4,16,64", "Concurrent clients per run");
+ABSL_FLAG(int32_t, rounds, 1, "Interleaved repetitions of every configuration");
 ABSL_FLAG(int32_t, max_tokens, 128, "Tokens per request");
 ABSL_FLAG(int32_t, requests_per_client, 2, "Requests each client sends in sequence");
 ABSL_FLAG(std::string, bin, "build/bin", "Directory of treespec-worker and treespec-drafter");
@@ -167,6 +177,9 @@ int Main() {
   std::vector<std::string> names;
   for (absl::string_view kd : absl::StrSplit(absl::GetFlag(FLAGS_drafters), ',', absl::SkipEmpty())) {
     std::vector<std::string> p = absl::StrSplit(kd, absl::MaxSplits('=', 1));
+    std::vector<std::string> nk = absl::StrSplit(p[0], absl::MaxSplits(':', 1));
+    if (nk.size() == 2) p[0] = nk[1];
+    const std::string name = nk[0];
     Child d = Spawn({bin + "/treespec-drafter", "--kind", p[0], "--model", p[1], "--listen",
                      "127.0.0.1:0", "--device", device});
     if (d.address.empty()) {
@@ -175,8 +188,8 @@ int Main() {
       return 1;
     }
     children.push_back(d);
-    drafters.push_back({p[0], MakeGrpcDrafterClient(d.address, {})});
-    names.push_back(p[0]);
+    drafters.push_back({name, MakeGrpcDrafterClient(d.address, {})});
+    names.push_back(name);
   }
   auto tok = LoadTokenizer(absl::GetFlag(FLAGS_target));
   CoordinatorOptions options;
@@ -194,22 +207,46 @@ int Main() {
     conc.push_back(std::stoi(std::string(c)));
   }
   Run(coordinator->get(), "none", "", 1);  // warm-up
-  std::printf("\n%-12s %-11s %5s %10s %8s %9s %9s %9s %11s %8s\n", "drafter", "tree", "conc",
-              "tokens/s", "speedup", "accepted", "step ms", "draft ms", "verify ms", "other ms");
+  std::vector<std::pair<std::string, std::string>> configs = {{"none", "-"}};
+  for (const std::string& name : names) {
+    for (absl::string_view tree : absl::StrSplit(absl::GetFlag(FLAGS_trees), ';', absl::SkipEmpty())) {
+      configs.push_back({name, std::string(tree)});
+    }
+  }
+  const int rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
+  std::printf("\n%-12s %-11s %5s %10s %8s %9s %9s %9s %11s %8s %7s\n", "drafter", "tree", "conc",
+              "tokens/s", "speedup", "accepted", "step ms", "draft ms", "verify ms", "other ms",
+              "min x");
   for (int c : conc) {
-    RunResult plain = Run(coordinator->get(), "none", "", c);
-    std::printf("%-12s %-11s %5d %10.1f %8s %9.2f %9.2f %9.2f %11.2f %8.2f\n", "none", "-", c,
-                plain.tokens_per_s, "1.00x", plain.mean_accepted, plain.step_ms, plain.draft_ms,
-                plain.verify_ms, plain.other_ms);
-    for (const std::string& name : names) {
-      for (absl::string_view tree : absl::StrSplit(absl::GetFlag(FLAGS_trees), ';', absl::SkipEmpty())) {
-        RunResult r = Run(coordinator->get(), name, std::string(tree), c);
-        char sp[16];
-        std::snprintf(sp, sizeof(sp), "%.2fx", r.tokens_per_s / plain.tokens_per_s);
-        std::printf("%-12s %-11s %5d %10.1f %8s %9.2f %9.2f %9.2f %11.2f %8.2f\n", name.c_str(),
-                    std::string(tree).c_str(), c, r.tokens_per_s, sp, r.mean_accepted, r.step_ms,
-                    r.draft_ms, r.verify_ms, r.other_ms);
+    // [config][round]
+    std::vector<std::vector<RunResult>> runs(configs.size());
+    for (int round = 0; round < rounds; ++round) {
+      for (size_t k = 0; k < configs.size(); ++k) {
+        const std::string tree = configs[k].second == "-" ? "" : configs[k].second;
+        runs[k].push_back(Run(coordinator->get(), configs[k].first, tree, c));
       }
+    }
+    for (size_t k = 0; k < configs.size(); ++k) {
+      RunResult mean;
+      std::vector<double> ratios;
+      for (int round = 0; round < rounds; ++round) {
+        const RunResult& r = runs[k][round];
+        mean.tokens_per_s += r.tokens_per_s / rounds;
+        mean.mean_accepted += r.mean_accepted / rounds;
+        mean.step_ms += r.step_ms / rounds;
+        mean.draft_ms += r.draft_ms / rounds;
+        mean.verify_ms += r.verify_ms / rounds;
+        mean.other_ms += r.other_ms / rounds;
+        ratios.push_back(r.tokens_per_s / runs[0][round].tokens_per_s);
+      }
+      std::sort(ratios.begin(), ratios.end());
+      char sp[16], lo[16];
+      std::snprintf(sp, sizeof(sp), "%.2fx", ratios[ratios.size() / 2]);
+      std::snprintf(lo, sizeof(lo), "%.2fx", ratios.front());
+      std::printf("%-12s %-11s %5d %10.1f %8s %9.2f %9.2f %9.2f %11.2f %8.2f %7s\n",
+                  configs[k].first.c_str(), configs[k].second.c_str(), c, mean.tokens_per_s, sp,
+                  mean.mean_accepted, mean.step_ms, mean.draft_ms, mean.verify_ms, mean.other_ms,
+                  lo);
     }
     std::fflush(stdout);
   }

@@ -1,0 +1,128 @@
+#include "coordinator/spec_planner.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+namespace treespec {
+namespace {
+
+AcceptanceModel MakeAcceptance(const AcceptanceModelOptions& o) {
+  absl::StatusOr<AcceptanceModel> m = AcceptanceModel::Create(o);
+  if (m.ok()) return *std::move(m);
+  return *AcceptanceModel::Create();
+}
+
+constexpr double kOverheadDecay = 0.9;
+
+}  // namespace
+
+SpecPlanner::SpecPlanner(SpecPlannerOptions options)
+    : options_(std::move(options)),
+      greedy_(MakeAcceptance(options_.acceptance)),
+      sampling_(MakeAcceptance(options_.acceptance)) {}
+
+void SpecPlanner::SetVerifyProfile(VerifyCostModel verify) {
+  verify_ = std::move(verify);
+  ready_ = true;
+}
+
+void SpecPlanner::SeedPrior(const VerifyStepFeatures& f, double s) {
+  const double b = static_cast<double>(std::max<int64_t>(1, f.batch));
+  if (!ready_) {
+    // Synthetic samples of the prior; FitProfile makes them the ridge target.
+    std::vector<VerifySample> v;
+    for (int64_t batch : {1, 4, 16}) {
+      for (int64_t per_seq : {1, 4, 16}) {
+        VerifyStepFeatures x{batch, batch * per_seq, 0};
+        v.push_back({x, s / 2 + s / (2 * b) * x.tree_tokens});
+      }
+    }
+    absl::StatusOr<VerifyCostModel> m = VerifyCostModel::FitProfile(v);
+    if (m.ok()) verify_ = *std::move(m);
+    ready_ = true;
+  }
+  if (!has_draft_prior_) {
+    std::vector<DraftSample> d;
+    for (int64_t batch : {1, 4, 16}) {
+      for (int64_t depth : {1, 3, 6}) {
+        for (int64_t width : {1, 3}) {
+          DraftStepFeatures x{depth, batch * depth, batch * depth * width};
+          d.push_back({x, s / 4 + s / (4 * b) * x.seq_levels + s / (16 * b) * x.nodes});
+        }
+      }
+    }
+    absl::StatusOr<DraftCostModel> m = DraftCostModel::FitProfile(d);
+    if (m.ok()) draft_ = *std::move(m);
+    has_draft_prior_ = true;
+  }
+}
+
+absl::StatusOr<ShapePlan> SpecPlanner::Plan(absl::Span<const PlanSequence> batch, bool greedy) {
+  AcceptanceModel& a = greedy ? greedy_ : sampling_;
+  a.AdvanceRound();
+  PlannerOptions o = options_.planner;
+  o.overhead_seconds = overhead_;
+  std::vector<PlanSequence> seqs(batch.begin(), batch.end());
+  for (PlanSequence& s : seqs) s.context_tokens = 0;  // see SpecPlannerOptions
+  batch = seqs;
+  if (probes_ < options_.probe_steps) {
+    // Probe: draft the probe shape (cut to the budget) for every sequence that may.
+    ShapePlan p;
+    for (const PlanSequence& s : batch) {
+      std::optional<TreeShape> shape = s.fixed_shape;
+      if (s.can_draft && !shape.has_value() && s.remaining_tokens > 1) {
+        const int depth =
+            static_cast<int>(std::min<int64_t>(options_.probe.Depth(), s.remaining_tokens - 1));
+        std::vector<int32_t> f(options_.probe.fanouts().begin(),
+                               options_.probe.fanouts().begin() + depth);
+        absl::StatusOr<TreeShape> cut = TreeShape::FromFanouts(f);
+        if (cut.ok()) shape = *cut;
+      }
+      p.call_drafter |= shape.has_value() && s.can_draft;
+      p.expected_tokens.push_back(shape.has_value() ? a.ExpectedTokens(*shape) : 1.0);
+      p.shapes.push_back(std::move(shape));
+    }
+    probes_ += p.call_drafter;
+    return p;
+  }
+  absl::StatusOr<ShapePlan> plan = PlanShapes(batch, options_.candidates, a, verify_, draft_, o);
+  if (!plan.ok() || !plan->call_drafter) return plan;
+  if (plan->tokens_per_second() >= options_.min_gain * plan->plain_tokens_per_second()) return plan;
+  // Not worth it: plain decoding, except for sequences that named a shape.
+  plan->call_drafter = false;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i].fixed_shape.has_value() && batch[i].can_draft) {
+      plan->call_drafter = true;
+      continue;
+    }
+    plan->shapes[i].reset();
+    plan->expected_tokens[i] = 1.0;
+  }
+  return plan;
+}
+
+void SpecPlanner::ObserveTrees(absl::Span<const TokenTree> trees,
+                               absl::Span<const std::vector<int32_t>> paths, bool greedy) {
+  if (trees.empty()) return;
+  (void)(greedy ? greedy_ : sampling_).ObserveBatch(trees, paths);
+}
+
+void SpecPlanner::ObserveVerify(const VerifyStepFeatures& f, double forward_seconds,
+                                double rpc_seconds) {
+  // A worker that reports no forward time is timed by the RPC.
+  if (!(forward_seconds > 0)) forward_seconds = rpc_seconds;
+  if (!(forward_seconds > 0) || f.batch < 1) return;
+  const VerifyStepFeatures g{f.batch, f.tree_tokens, 0};
+  SeedPrior(g, forward_seconds);
+  verify_.Observe(g, forward_seconds);
+  const double extra = std::max(0.0, rpc_seconds - forward_seconds);
+  overhead_ = overhead_ == 0.0 ? extra : kOverheadDecay * overhead_ + (1 - kOverheadDecay) * extra;
+}
+
+void SpecPlanner::ObserveDraft(const DraftStepFeatures& f, double seconds) {
+  if (!(seconds > 0) || f.levels < 1) return;
+  draft_.Observe(f, seconds);
+}
+
+}  // namespace treespec
