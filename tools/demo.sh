@@ -154,6 +154,6 @@ print("-- drafter %s, tree %s: %d steps, %d drafted, %d accepted, mean accepted 
 }
 echo "Q: $QUESTION"
 chat "plain decoding (drafter none)" '{"drafter": "none"}'
-chat "speculative, drafter=ngram, tree=chain:4" '{"drafter": "ngram", "tree": "chain:4"}'
+chat "speculative, drafter=ngram, tree=auto (the default: planned per step)" '{"drafter": "ngram"}'
 echo
 echo "== chat demo finished"
