@@ -50,7 +50,7 @@ struct DraftOutcome {
   // The tree was pre-drafted while the previous one was being verified.
   bool is_predraft_hit = false;
   // Wall time from the call's arrival to this sequence's answer.
-  int64_t draft_ns = 0;
+  int64_t answer_ns = 0;
 };
 
 struct DrafterStats {

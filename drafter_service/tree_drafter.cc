@@ -225,7 +225,7 @@ std::vector<DraftOutcome> TreeDrafter::Draft(const std::vector<DraftSpec>& specs
         seqs_.AdvanceStep(s.id);
         o.tree = std::move(p.tree);
         o.is_predraft_hit = true;
-        o.draft_ns = absl::ToInt64Nanoseconds(absl::Now() - t0);
+        o.answer_ns = absl::ToInt64Nanoseconds(absl::Now() - t0);
         ++hits_;
         seeds.push_back({s.id, s, o.tree, std::move(p.node_logits), {}});
         continue;
@@ -247,7 +247,7 @@ std::vector<DraftOutcome> TreeDrafter::Draft(const std::vector<DraftSpec>& specs
     Build& b = builds[k];
     DraftOutcome& o = out[build_index[k]];
     SeqState& st = *state_of[o.id];
-    o.draft_ns = done_ns;
+    o.answer_ns = done_ns;
     if (!b.status.ok()) {
       o.status = b.status;
       st.broken = true;
