@@ -67,7 +67,9 @@ void TreeDrafter::RunPredraftRound() {
     if (state == nullptr || state->broken || !seqs_.CheckStep(seed.id, seed.spec.step + 1, "", "").ok()) {
       continue;
     }
-    if (round == 0) {
+    if (round == 0 && seed.outcomes.empty()) {
+      // Ranking is O(nodes * V) per sequence: yield to a waiting call first.
+      if (num_foreground_.load() > 0) break;
       seed.outcomes = PredictOutcomes(seed.tree, seed.node_logits, seed.spec.temperature,
                                       options_.predraft);
     }
@@ -93,7 +95,7 @@ void TreeDrafter::RunPredraftRound() {
     builds[k].last_tree = &empty;
     builds[k].new_tokens = &bonus[k];
   }
-  const bool done = BuildTrees(&builds, /*preemptible=*/true);
+  const bool done = num_foreground_.load() == 0 && BuildTrees(&builds, /*preemptible=*/true);
   for (size_t k = 0; k < builds.size(); ++k) {
     Build& b = builds[k];
     SeqState* state = seqs_.FindAny(owners[k]);
