@@ -21,6 +21,9 @@ ABSL_FLAG(bool, graphs, true, "Use CUDA graphs for batched steps (cuda only)");
 ABSL_FLAG(int32_t, predraft, 2,
           "Outcomes per sequence whose next tree is drafted while the last one is verified "
           "(speculative speculative decoding); 0: off");
+ABSL_FLAG(bool, predraft_sampled, false,
+          "Also pre-draft after sampled drafts (temperature > 0; their bonus token is rarely "
+          "guessed)");
 ABSL_FLAG(double, sequence_lease_s, 60,
           "Seconds after its last Open/Draft that a sequence is released (its client is presumed "
           "gone); 0: never");
@@ -38,6 +41,7 @@ int Main() {
   options.default_top_k = absl::GetFlag(FLAGS_top_k);
   options.use_graphs = absl::GetFlag(FLAGS_graphs);
   options.predraft = absl::GetFlag(FLAGS_predraft);
+  options.predraft_sampled = absl::GetFlag(FLAGS_predraft_sampled);
   options.sequence_lease = absl::Seconds(absl::GetFlag(FLAGS_sequence_lease_s));
   if (absl::Status st = options.Validate(); !st.ok()) return FailService(st);
   auto backend = CreateBackend(absl::GetFlag(FLAGS_device));

@@ -118,6 +118,10 @@ absl::Status TreeDrafter::CheckDraft(const DraftSpec& s, BatchIds* ids, SeqState
   return absl::OkStatus();
 }
 
+bool TreeDrafter::WantsPredraft(const DraftSpec& s) const {
+  return s.temperature <= 0.0f || options_.predraft_sampled;
+}
+
 bool TreeDrafter::BuildTrees(std::vector<Build>* builds, bool preemptible) {
   const int64_t V = vocab_size();
   std::vector<AdvanceItem> items;
@@ -227,7 +231,7 @@ std::vector<DraftOutcome> TreeDrafter::Draft(const std::vector<DraftSpec>& specs
         o.is_predraft_hit = true;
         o.answer_ns = absl::ToInt64Nanoseconds(absl::Now() - t0);
         ++hits_;
-        seeds.push_back({s.id, s, o.tree, std::move(p.node_logits), {}});
+        if (WantsPredraft(s)) seeds.push_back({s.id, s, o.tree, std::move(p.node_logits), {}});
         continue;
       }
       ++(state->prepared.empty() ? unprepared_ : misses_);
@@ -256,7 +260,9 @@ std::vector<DraftOutcome> TreeDrafter::Draft(const std::vector<DraftSpec>& specs
     st.last_tree = b.tree;
     seqs_.AdvanceStep(o.id);
     o.tree = std::move(b.tree);
-    if (predraft) seeds.push_back({o.id, *b.spec, o.tree, std::move(b.node_logits), {}});
+    if (predraft && WantsPredraft(*b.spec)) {
+      seeds.push_back({o.id, *b.spec, o.tree, std::move(b.node_logits), {}});
+    }
   }
   pending_ = std::move(seeds);
   return out;

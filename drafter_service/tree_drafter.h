@@ -164,6 +164,8 @@ class TreeDrafter : public Drafter {
   void RunPredraftRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool PredraftReady() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool PredraftIdle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the tree answered for `s` seeds pre-drafting (predraft_sampled).
+  bool WantsPredraft(const DraftSpec& s) const;
 
   SequenceTable<SeqState> seqs_ ABSL_GUARDED_BY(mu_);
   // Public calls waiting for mu_: the background yields to them.

@@ -39,7 +39,7 @@ class PredraftTest : public ::testing::TestWithParam<Kind> {
     ASSERT_TRUE(local.ok()) << local.status();
     local_ = std::move(*local);
   }
-  std::unique_ptr<Drafter> Make(int predraft) {
+  std::unique_ptr<Drafter> Make(int predraft, bool sampled = true) {
     DrafterOptions o;
     o.kind = GetParam().kind;
     o.model_dir = ModelDir(GetParam().model);
@@ -47,6 +47,7 @@ class PredraftTest : public ::testing::TestWithParam<Kind> {
     o.max_tree_nodes = 32;
     o.max_context = 256;
     o.predraft = predraft;
+    o.predraft_sampled = sampled;
     auto d = CreateDrafter(o, backend_.get());
     EXPECT_TRUE(d.ok()) << d.status();
     return d.ok() ? std::move(*d) : nullptr;
@@ -152,6 +153,26 @@ TEST_P(PredraftTest, SampledHitsEqualPlainDrafts) {
   RunBoth(0.8f, 8, &s);
   EXPECT_GT(s.predraft_hits, 0);
   EXPECT_EQ(s.predraft_hits + s.predraft_misses + s.predraft_unprepared, 3 * 8);  // step 1 is unprepared
+}
+
+TEST_P(PredraftTest, SampledDraftsAreNotPreDraftedUnlessAsked) {
+  std::unique_ptr<Drafter> d = Make(4, /*sampled=*/false);
+  const DrafterStats before = d->Stats();
+  ASSERT_TRUE(d->Open({{1, {4, 5, 6}}})[0].ok());
+  DraftSpec s;
+  s.id = 1;
+  s.step = 1;
+  s.new_tokens = {7};
+  s.shape = *TreeShape::Parse("2,2");
+  s.temperature = 1.0f;
+  s.seed = 3;
+  ASSERT_TRUE(d->Draft({s})[0].status.ok());
+  d->WaitIdle();
+  s.step = 2;
+  s.new_tokens = {9};
+  ASSERT_TRUE(d->Draft({s})[0].status.ok());
+  EXPECT_EQ(d->Stats().predraft_unprepared, 2);
+  EXPECT_EQ(d->Stats().predraft_hits + d->Stats().predraft_misses, 0);
 }
 
 TEST_P(PredraftTest, ReleaseFreesPreparedForks) {

@@ -215,6 +215,7 @@ int Main() {
       dopt.max_sequences = absl::GetFlag(FLAGS_batch);
       dopt.max_context = 1024;
       dopt.predraft = n;
+      dopt.predraft_sampled = true;
       auto drafter = CreateDrafter(dopt, backend->get());
       if (!drafter.ok()) {
         std::fprintf(stderr, "drafter %s: %s\n", p[0].c_str(), drafter.status().ToString().c_str());
