@@ -9,7 +9,9 @@
 // probability p_v(c), so
 //   P(n, b) = prod_{(v -> c) on the path to n} p_v(c) * p_n(b),  b not a child of n
 // (if b were a child of n that child would have been accepted instead). The
-// outcomes are ranked by this product. Pure functions; thread-compatible.
+// outcomes are ranked by this product. For greedy drafts (temperature 0) p_v
+// is the drafter's softmax sharpened (logits x 2), estimating P(c is the
+// target's argmax). Pure functions; thread-compatible.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +29,7 @@ struct PredictedOutcome {
 
 // The `num` most likely outcomes of verifying `tree`, best first.
 // in: node_logits [tree.num_nodes()][vocab], the drafter's next-token logits
-// after every node; temperature <= 0 ranks by softmax at temperature 1.
+// after every node; temperature <= 0 ranks by the sharpened softmax.
 std::vector<PredictedOutcome> PredictOutcomes(const TokenTree& tree,
                                               const std::vector<std::vector<float>>& node_logits,
                                               float temperature, int num);
