@@ -4,12 +4,15 @@
 #include <cmath>
 
 namespace treespec {
+namespace {
 
 // Greedy verification accepts a child iff it is the target's argmax, more
 // often than p_v(c) says when the drafter is good: ranking with p_v sharpened
 // (logits x 2) raised the demo hit rate from 60/70/80% to 67/79/87% at
 // --predraft 1/2/4 (4x sharpening: no better). tools/bench/predraft_bench.
 constexpr double kGreedySharpen = 2.0;
+
+}  // namespace
 
 std::vector<PredictedOutcome> PredictOutcomes(const TokenTree& tree,
                                               const std::vector<std::vector<float>>& node_logits,
