@@ -26,6 +26,12 @@ ABSL_FLAG(int64_t, max_tree_nodes, 64, "Largest tree per sequence (root included
 ABSL_FLAG(int64_t, max_context, 4096, "transformer: longest sequence in the drafter's KV cache");
 ABSL_FLAG(int32_t, top_k, 32, "Default support size of the draft distribution q");
 ABSL_FLAG(bool, graphs, true, "Use CUDA graphs for batched steps (cuda only)");
+ABSL_FLAG(int32_t, predraft, 2,
+          "Outcomes per sequence whose next tree is drafted while the last one is verified "
+          "(speculative speculative decoding); 0: off");
+ABSL_FLAG(bool, predraft_sampled, false,
+          "Also pre-draft after sampled drafts (temperature > 0; their bonus token is rarely "
+          "guessed)");
 ABSL_FLAG(double, sequence_lease_s, 60,
           "Seconds after its last Open/Draft that a sequence is released (its client is presumed "
           "gone); 0: never");
@@ -45,6 +51,8 @@ int Main() {
   options.max_context = absl::GetFlag(FLAGS_max_context);
   options.default_top_k = absl::GetFlag(FLAGS_top_k);
   options.use_graphs = absl::GetFlag(FLAGS_graphs);
+  options.predraft = absl::GetFlag(FLAGS_predraft);
+  options.predraft_sampled = absl::GetFlag(FLAGS_predraft_sampled);
   options.sequence_lease = absl::Seconds(absl::GetFlag(FLAGS_sequence_lease_s));
   if (absl::Status st = options.Validate(); !st.ok()) return FailService(st);
   auto backend = CreateBackend(absl::GetFlag(FLAGS_device));

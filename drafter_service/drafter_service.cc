@@ -67,6 +67,8 @@ grpc::Status DrafterService::Draft(grpc::ServerContext*, const v1::DraftRequest*
     }
     ToProto(by_index[i]->status, r->mutable_status());
     if (by_index[i]->status.ok()) ToProto(by_index[i]->tree, r->mutable_tree());
+    r->set_predraft_hit(by_index[i]->is_predraft_hit);
+    r->set_answer_ns(by_index[i]->answer_ns);
   }
   resp->set_draft_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
                          std::chrono::steady_clock::now() - t0)
@@ -90,6 +92,9 @@ grpc::Status DrafterService::GetDrafterInfo(grpc::ServerContext*, const v1::GetD
   resp->set_num_sequences(static_cast<int32_t>(s.num_sequences));
   resp->set_slots_free(s.slots_free);
   resp->set_slots_total(s.slots_total);
+  resp->set_predraft_hits(s.predraft_hits);
+  resp->set_predraft_misses(s.predraft_misses);
+  resp->set_predraft_unprepared(s.predraft_unprepared);
   return grpc::Status::OK;
 }
 

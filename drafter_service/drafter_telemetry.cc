@@ -27,6 +27,19 @@ void RegisterDrafterTelemetry(v1::Drafter::Service* service, ServiceObservabilit
                             {{"used"}, double(i.slots_total() - i.slots_free())},
                             {{"free"}, double(i.slots_free())}};
                       });
+  const std::pair<const char*, int64_t (v1::DrafterInfoResponse::*)() const> predraft[] = {
+      {"treespec_drafter_predraft_hits_total", &v1::DrafterInfoResponse::predraft_hits},
+      {"treespec_drafter_predraft_misses_total", &v1::DrafterInfoResponse::predraft_misses},
+      {"treespec_drafter_predraft_unprepared_total",
+       &v1::DrafterInfoResponse::predraft_unprepared}};
+  for (const auto& [name, field] : predraft) {
+    r->AddCounterCallback(name, "Drafts answered from a pre-drafted tree (hits), with prepared "
+                          "trees none of which matched (misses), or with none ready (unprepared)",
+                          [info, field = field] {
+                            auto [ok, i] = info();
+                            return ok ? double((i.*field)()) : 0.0;
+                          });
+  }
   HistogramFamily* step = r->AddHistogram(
       "treespec_drafter_step_seconds",
       "Drafter step time: one batched Draft (tree construction) or Open (prompt) call",

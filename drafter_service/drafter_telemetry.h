@@ -3,6 +3,7 @@
 //   treespec_drafter_sequences           live sequences
 //   treespec_drafter_state_slots{state}  drafter state slots, used and free
 //   treespec_drafter_step_seconds{phase} Draft ("draft") and Open ("prefill") time
+//   treespec_drafter_predraft_{hits,misses,unprepared}_total  pre-drafting outcomes
 //
 // The gauges read the service's GetDrafterInfo handler at scrape time.
 // GetDrafterInfo and Release (probes, clean-up) get no spans. Call before the

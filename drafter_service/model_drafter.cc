@@ -20,9 +20,9 @@ absl::StatusOr<std::unique_ptr<ModelDrafter>> ModelDrafter::Create(const Drafter
   auto d = std::unique_ptr<ModelDrafter>(new ModelDrafter(options));
   SequenceModelOptions mo;
   const int64_t per_seq = (options.max_context + options.max_tree_nodes + kBlockSize - 1) / kBlockSize;
-  mo.kv_blocks = per_seq * options.max_sequences;
+  mo.kv_blocks = per_seq * options.max_sequences * (1 + options.predraft);
   mo.kv_block_size = kBlockSize;
-  mo.max_sequences = options.max_sequences;
+  mo.max_sequences = options.max_sequences * (1 + options.predraft);
   mo.max_tail_nodes = options.max_tree_nodes;
   mo.use_graphs = options.use_graphs;
   TS_ASSIGN_OR_RETURN(d->model_, LoadSequenceModel(options.model_dir, backend, nullptr, mo));
@@ -174,6 +174,22 @@ absl::Status ModelDrafter::Expand(const std::vector<NodeFeed>& feeds,
   TS_RETURN_IF_ERROR(model_->Forward(batch, &fo));
   *logits = std::move(fo.logits);
   return absl::OkStatus();
+}
+
+absl::Status ModelDrafter::ForkSequence(uint64_t id, const std::vector<int32_t>& path,
+                                        uint64_t fork_id) {
+  TS_ASSIGN_OR_RETURN(const int64_t handle,
+                      model_->ForkPath(handles_.at(id), path,
+                                       options_.max_context + options_.max_tree_nodes));
+  handles_[fork_id] = handle;
+  return absl::OkStatus();
+}
+
+void ModelDrafter::AdoptSequence(uint64_t fork_id, uint64_t id) {
+  auto fork = handles_.find(fork_id);
+  model_->Release(handles_.at(id));
+  handles_[id] = fork->second;
+  handles_.erase(fork);
 }
 
 DrafterStats ModelDrafter::ModelStats() const {

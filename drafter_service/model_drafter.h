@@ -28,6 +28,7 @@ class ModelDrafter final : public TreeDrafter {
                                                               Backend* backend);
   std::string kind() const override { return options_.kind; }
   int64_t vocab_size() const override { return model_->info().vocab_size; }
+  ~ModelDrafter() override { StopPredraft(); }
 
  private:
   explicit ModelDrafter(const DrafterOptions& options) : TreeDrafter(options) {}
@@ -39,12 +40,16 @@ class ModelDrafter final : public TreeDrafter {
                       const std::map<uint64_t, TokenTree>& trees,
                       std::vector<float>* logits) override;
   DrafterStats ModelStats() const override;
+  absl::Status ForkSequence(uint64_t id, const std::vector<int32_t>& path,
+                            uint64_t fork_id) override;
+  void AdoptSequence(uint64_t fork_id, uint64_t id) override;
   // Commits the old root and the accepted path of item k's last tree; out:
   // the tokens of item k not covered by it (the last one is the new root).
   absl::Status CommitAccepted(const AdvanceItem& item, std::vector<int32_t>* rest);
 
   std::unique_ptr<SequenceModel> model_;
-  std::map<uint64_t, int64_t> handles_;  // sequence -> model handle
+  // Sequence (or pre-draft fork) id -> model handle.
+  std::map<uint64_t, int64_t> handles_;
 };
 
 }  // namespace treespec

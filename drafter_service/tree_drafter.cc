@@ -1,5 +1,7 @@
 #include "drafter_service/tree_drafter.h"
 
+#include <algorithm>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -38,6 +40,12 @@ std::vector<int32_t> ChooseChildren(const float* logits, int64_t vocab, int n, c
   return children;
 }
 
+// The request a prepared tree was drafted for, field by field.
+bool SameRequest(const DraftSpec& a, const DraftSpec& b) {
+  return a.id == b.id && a.step == b.step && a.new_tokens == b.new_tokens && a.shape == b.shape &&
+         a.temperature == b.temperature && a.top_k == b.top_k && a.seed == b.seed;
+}
+
 }  // namespace
 
 absl::Status DrafterOptions::Validate() const {
@@ -56,6 +64,9 @@ absl::Status DrafterOptions::Validate() const {
                                                    kMaxTreeNodes, "], got ", max_tree_nodes));
   }
   if (default_top_k < 1) return absl::InvalidArgumentError("--top-k must be >= 1");
+  if (predraft < 0 || predraft > 16) {
+    return absl::InvalidArgumentError(absl::StrCat("--predraft must be in [0, 16], got ", predraft));
+  }
   if (sequence_lease < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat("--sequence-lease-s ",
                                                    absl::ToDoubleSeconds(sequence_lease),
@@ -65,7 +76,7 @@ absl::Status DrafterOptions::Validate() const {
 }
 
 std::vector<absl::Status> TreeDrafter::Open(const std::vector<DrafterOpenSpec>& specs) {
-  absl::MutexLock lock(&mu_);
+  ForegroundLock lock(this);
   std::vector<absl::Status> out;
   for (const DrafterOpenSpec& spec : specs) {
     absl::Status st = seqs_.CheckOpen(spec.id);
@@ -111,12 +122,94 @@ absl::Status TreeDrafter::CheckDraft(const DraftSpec& s, BatchIds* ids, SeqState
   return absl::OkStatus();
 }
 
-std::vector<DraftOutcome> TreeDrafter::Draft(const std::vector<DraftSpec>& specs) {
-  absl::MutexLock lock(&mu_);
+bool TreeDrafter::WantsPredraft(const DraftSpec& s) const {
+  return s.temperature <= 0.0f || options_.predraft_sampled;
+}
+
+bool TreeDrafter::BuildTrees(std::vector<Build>* builds, bool preemptible) {
   const int64_t V = vocab_size();
-  std::vector<DraftOutcome> out(specs.size());
   std::vector<AdvanceItem> items;
-  std::vector<size_t> item_index;
+  for (const Build& b : *builds) items.push_back({b.model_id, b.last_tree, b.new_tokens});
+  if (items.empty()) return true;
+  std::vector<float> root_logits;
+  std::vector<absl::Status> adv_status(items.size());
+  Advance(items, &root_logits, &adv_status);
+
+  // Per build: each node's logits and the frontier.
+  std::vector<std::vector<int32_t>> frontier(builds->size());
+  std::map<uint64_t, TokenTree> trees;  // by model id, for Expand
+  std::map<uint64_t, size_t> build_of;
+  int32_t max_depth = 0;
+  for (size_t k = 0; k < builds->size(); ++k) {
+    Build& b = (*builds)[k];
+    b.status = adv_status[k];
+    if (!b.status.ok()) continue;
+    trees[b.model_id] = TokenTree::Root(b.new_tokens->back());
+    b.node_logits.clear();
+    b.node_logits.emplace_back(root_logits.begin() + k * V, root_logits.begin() + (k + 1) * V);
+    frontier[k] = {0};
+    build_of[b.model_id] = k;
+    max_depth = std::max(max_depth, b.spec->shape.Depth());
+  }
+  absl::Status level_status;
+  for (int32_t level = 0; level < max_depth && level_status.ok(); ++level) {
+    if (preemptible && num_foreground_.load() > 0) return false;
+    std::vector<NodeFeed> feeds;
+    for (auto& [id, tree] : trees) {
+      const size_t k = build_of[id];
+      Build& b = (*builds)[k];
+      const DraftSpec& s = *b.spec;
+      if (level >= s.shape.Depth()) continue;
+      const int n = s.shape.fanouts()[level];
+      std::vector<int32_t> next;
+      for (int32_t parent : frontier[k]) {
+        SparseDist q;
+        std::vector<int32_t> children = ChooseChildren(b.node_logits[parent].data(), V, n, s,
+                                                       options_.default_top_k, parent, &q);
+        if (!q.tokens.empty()) {
+          tree.draft.resize(tree.tokens.size());
+          tree.draft[parent] = std::move(q);
+        }
+        for (int32_t tok : children) {
+          int32_t node = tree.AddNode(parent, tok);
+          feeds.push_back({id, node, parent, tok});
+          next.push_back(node);
+        }
+      }
+      frontier[k] = std::move(next);
+    }
+    if (feeds.empty()) break;
+    std::vector<float> logits;
+    level_status = Expand(feeds, trees, &logits);
+    if (!level_status.ok()) break;
+    for (size_t f = 0; f < feeds.size(); ++f) {
+      auto& rows = (*builds)[build_of[feeds[f].id]].node_logits;
+      rows.resize(std::max<size_t>(rows.size(), feeds[f].node + 1));
+      rows[feeds[f].node].assign(logits.begin() + f * V, logits.begin() + (f + 1) * V);
+    }
+  }
+  for (auto& [id, tree] : trees) {
+    Build& b = (*builds)[build_of[id]];
+    if (!level_status.ok()) {
+      b.status = level_status;
+      continue;
+    }
+    if (!tree.draft.empty()) tree.draft.resize(tree.tokens.size());
+    b.tree = std::move(tree);
+  }
+  return true;
+}
+
+std::vector<DraftOutcome> TreeDrafter::Draft(const std::vector<DraftSpec>& specs) {
+  const absl::Time t0 = absl::Now();
+  ForegroundLock lock(this);
+  const bool predraft = options_.predraft > 0;
+  pending_.clear();
+  pending_round_ = 0;
+  std::vector<DraftOutcome> out(specs.size());
+  std::vector<Build> builds;
+  std::vector<size_t> build_index;
+  std::vector<PredraftSeed> seeds;
   BatchIds ids;
   std::map<uint64_t, SeqState*> state_of;
   for (size_t i = 0; i < specs.size(); ++i) {
@@ -128,91 +221,64 @@ std::vector<DraftOutcome> TreeDrafter::Draft(const std::vector<DraftSpec>& specs
     o.status = CheckDraft(s, &ids, &state);
     if (!o.status.ok()) continue;
     state_of[s.id] = state;
-    items.push_back({s.id, &state->last_tree, &s.new_tokens});
-    item_index.push_back(i);
-  }
-  if (items.empty()) return out;
-
-  std::vector<float> root_logits;
-  std::vector<absl::Status> adv_status(items.size());
-  Advance(items, &root_logits, &adv_status);
-
-  // Per sequence: the tree being built, each node's logits, its frontier.
-  std::map<uint64_t, TokenTree> trees;
-  std::map<uint64_t, std::vector<std::vector<float>>> node_logits;
-  std::map<uint64_t, std::vector<int32_t>> frontier;
-  std::map<uint64_t, size_t> spec_of;
-  int32_t max_depth = 0;
-  for (size_t k = 0; k < items.size(); ++k) {
-    const size_t i = item_index[k];
-    if (!adv_status[k].ok()) {
-      out[i].status = adv_status[k];
-      state_of[specs[i].id]->broken = true;
-      continue;
-    }
-    const DraftSpec& s = specs[i];
-    trees[s.id] = TokenTree::Root(s.new_tokens.back());
-    node_logits[s.id].emplace_back(root_logits.begin() + k * V, root_logits.begin() + (k + 1) * V);
-    frontier[s.id] = {0};
-    spec_of[s.id] = i;
-    max_depth = std::max(max_depth, s.shape.Depth());
-  }
-  absl::Status level_status;
-  for (int32_t level = 0; level < max_depth && level_status.ok(); ++level) {
-    std::vector<NodeFeed> feeds;
-    for (auto& [id, tree] : trees) {
-      const DraftSpec& s = specs[spec_of[id]];
-      if (level >= s.shape.Depth()) continue;
-      const int n = s.shape.fanouts()[level];
-      std::vector<int32_t> next;
-      for (int32_t parent : frontier[id]) {
-        SparseDist q;
-        std::vector<int32_t> children =
-            ChooseChildren(node_logits[id][parent].data(), V, n, s,
-                           options_.default_top_k, parent, &q);
-        if (!q.tokens.empty()) {
-          tree.draft.resize(tree.tokens.size());
-          tree.draft[parent] = std::move(q);
-        }
-        for (int32_t tok : children) {
-          int32_t node = tree.AddNode(parent, tok);
-          feeds.push_back({id, node, parent, tok});
-          next.push_back(node);
-        }
+    if (predraft) {
+      auto hit = std::find_if(state->prepared.begin(), state->prepared.end(),
+                              [&](const Prepared& p) { return SameRequest(p.spec, s); });
+      if (hit != state->prepared.end()) {
+        AdoptSequence(hit->fork_id, s.id);
+        Prepared p = std::move(*hit);
+        state->prepared.erase(hit);
+        DropPrepared(state);
+        state->last_tree = p.tree;
+        seqs_.AdvanceStep(s.id);
+        o.tree = std::move(p.tree);
+        o.is_predraft_hit = true;
+        o.answer_ns = absl::ToInt64Nanoseconds(absl::Now() - t0);
+        ++hits_;
+        if (WantsPredraft(s)) seeds.push_back({s.id, s, o.tree, std::move(p.node_logits), {}});
+        continue;
       }
-      frontier[id] = std::move(next);
+      ++(state->prepared.empty() ? unprepared_ : misses_);
+      DropPrepared(state);
     }
-    if (feeds.empty()) break;
-    std::vector<float> logits;
-    level_status = Expand(feeds, trees, &logits);
-    if (!level_status.ok()) break;
-    for (size_t f = 0; f < feeds.size(); ++f) {
-      auto& rows = node_logits[feeds[f].id];
-      rows.resize(std::max<size_t>(rows.size(), feeds[f].node + 1));
-      rows[feeds[f].node].assign(logits.begin() + f * V, logits.begin() + (f + 1) * V);
-    }
+    Build b;
+    b.model_id = s.id;
+    b.spec = &s;
+    b.last_tree = &state->last_tree;
+    b.new_tokens = &s.new_tokens;
+    builds.push_back(std::move(b));
+    build_index.push_back(i);
   }
-  for (auto& [id, tree] : trees) {
-    DraftOutcome& o = out[spec_of[id]];
-    SeqState& st = *state_of[id];
-    if (!level_status.ok()) {
-      o.status = level_status;
+  BuildTrees(&builds, /*preemptible=*/false);
+  const int64_t done_ns = absl::ToInt64Nanoseconds(absl::Now() - t0);
+  for (size_t k = 0; k < builds.size(); ++k) {
+    Build& b = builds[k];
+    DraftOutcome& o = out[build_index[k]];
+    SeqState& st = *state_of[o.id];
+    o.answer_ns = done_ns;
+    if (!b.status.ok()) {
+      o.status = b.status;
       st.broken = true;
       continue;
     }
-    if (!tree.draft.empty()) tree.draft.resize(tree.tokens.size());
-    st.last_tree = tree;
-    seqs_.AdvanceStep(id);
-    o.tree = std::move(tree);
+    st.last_tree = b.tree;
+    seqs_.AdvanceStep(o.id);
+    o.tree = std::move(b.tree);
+    if (predraft && WantsPredraft(*b.spec)) {
+      seeds.push_back({o.id, *b.spec, o.tree, std::move(b.node_logits), {}});
+    }
   }
+  pending_ = std::move(seeds);
   return out;
 }
 
 int TreeDrafter::Release(const std::vector<uint64_t>& ids) {
-  absl::MutexLock lock(&mu_);
+  ForegroundLock lock(this);
   int n = 0;
   for (uint64_t id : ids) {
-    if (!seqs_.Erase(id).has_value()) continue;
+    std::optional<SeqState> state = seqs_.Erase(id);
+    if (!state.has_value()) continue;
+    DropPrepared(&*state);
     ReleaseSequence(id);
     ++n;
   }
@@ -220,16 +286,22 @@ int TreeDrafter::Release(const std::vector<uint64_t>& ids) {
 }
 
 int TreeDrafter::ReleaseExpired() {
-  absl::MutexLock lock(&mu_);
+  ForegroundLock lock(this);
   std::vector<std::pair<uint64_t, SeqState>> expired = seqs_.TakeExpired();
-  for (const auto& [id, state] : expired) ReleaseSequence(id);
+  for (auto& [id, state] : expired) {
+    DropPrepared(&state);
+    ReleaseSequence(id);
+  }
   return static_cast<int>(expired.size());
 }
 
 DrafterStats TreeDrafter::Stats() const {
-  absl::MutexLock lock(&mu_);
+  ForegroundLock lock(this);
   DrafterStats s = ModelStats();
   s.num_sequences = seqs_.size();
+  s.predraft_hits = hits_;
+  s.predraft_misses = misses_;
+  s.predraft_unprepared = unprepared_;
   return s;
 }
 

@@ -11,19 +11,35 @@
 // Leaves are fed too, so every node of the last tree has its state and the
 // next call only needs the bonus token.
 //
+// Pre-drafting (DrafterOptions::predraft > 0; predraft_outcomes.h): after
+// answering a Draft, a background thread takes the most likely verification
+// outcomes of each answered tree and drafts the next step's tree for each on
+// a fork of the sequence's state (ForkSequence: the state the real commit of
+// that outcome would leave, bit for bit), guessing that the next request
+// keeps the shape, temperature, top_k and seed. Rank r of every sequence is
+// built together as one batched draft. When the next Draft's spec equals a
+// prepared one, the fork is adopted in place of the sequence's state and the
+// prepared tree returned: the tree, q and Philox keys are exactly what the
+// normal draft would have produced, because it IS that draft, run earlier.
+// Otherwise the forks are dropped and the draft runs normally. A real call
+// preempts background work between levels (the round in flight is dropped).
+//
 // The sequence table (ids, steps, leases) is a SequenceTable. Subclasses
 // supply the model hooks: Advance (consume committed tokens and return each
 // root's next-token logits) and Expand (feed one level of new nodes).
-// Thread-safe: one mutex around every public call.
+// Thread-safe: one mutex around every public call and the background work.
 #pragma once
 
+#include <atomic>
 #include <map>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "core/model/sequence_table.h"
 #include "drafter_service/drafter.h"
+#include "drafter_service/predraft_outcomes.h"
 
 namespace treespec {
 
@@ -34,11 +50,14 @@ class TreeDrafter : public Drafter {
   int Release(const std::vector<uint64_t>& ids) override;
   int ReleaseExpired() override;
   DrafterStats Stats() const override;
+  ~TreeDrafter() override;
+
+  void WaitIdle() override;
 
  protected:
-  explicit TreeDrafter(const DrafterOptions& options)
-      : options_(options),
-        seqs_(SequenceTableOptions{options.max_sequences, options.sequence_lease}) {}
+  explicit TreeDrafter(const DrafterOptions& options);
+  // Subclasses call this last in their destructor (the thread uses the hooks).
+  void StopPredraft();
 
   // A node to feed: sequence `id`, its `node` index in the tree being built,
   // whose state derives from `parent`'s, carrying `token`.
@@ -71,21 +90,96 @@ class TreeDrafter : public Drafter {
                               const std::map<uint64_t, TokenTree>& trees,
                               std::vector<float>* logits) = 0;
   virtual DrafterStats ModelStats() const = 0;
+  // Pre-drafting: a new model sequence `fork_id` holding `id`'s committed
+  // state followed by its last tree's nodes `path` (root first), as if
+  // committed; `id` is unchanged. Adopt makes `fork_id`'s state `id`'s (the
+  // old one is freed and `fork_id` ceases to exist).
+  virtual absl::Status ForkSequence(uint64_t id, const std::vector<int32_t>& path,
+                                    uint64_t fork_id) = 0;
+  virtual void AdoptSequence(uint64_t fork_id, uint64_t id) = 0;
 
   const DrafterOptions options_;
   mutable absl::Mutex mu_;
 
  private:
+  // A tree pre-drafted for a guessed next DraftSpec, on model sequence fork_id.
+  struct Prepared {
+    DraftSpec spec;
+    uint64_t fork_id = 0;
+    TokenTree tree;
+    std::vector<std::vector<float>> node_logits;
+  };
   struct SeqState {
     TokenTree last_tree;  // empty before the first draft
     // Set when a failure left the model state part-advanced: every later
     // Draft fails with FAILED_PRECONDITION until the caller reopens it.
     bool broken = false;
+    std::vector<Prepared> prepared;
   };
+  // One tree to build on model sequence `model_id` (the sequence's own or a
+  // fork). out: status, tree, node_logits [num_nodes][V].
+  struct Build {
+    uint64_t model_id = 0;
+    const DraftSpec* spec = nullptr;
+    const TokenTree* last_tree = nullptr;
+    const std::vector<int32_t>* new_tokens = nullptr;
+    absl::Status status;
+    TokenTree tree;
+    std::vector<std::vector<float>> node_logits;
+  };
+  // What the background thread pre-drafts from: the answered trees.
+  struct PredraftSeed {
+    uint64_t id;
+    DraftSpec spec;  // the answered request
+    TokenTree tree;
+    std::vector<std::vector<float>> node_logits;
+    std::vector<PredictedOutcome> outcomes;  // filled at round 0
+  };
+
   // Checks one DraftSpec against the table; OK when it may be drafted.
   absl::Status CheckDraft(const DraftSpec& s, BatchIds* ids, SeqState** state)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs Advance then every level for `builds` as one batch. When
+  // `preemptible`, returns false (builds left undefined) as soon as a public
+  // call waits for mu_ between levels.
+  bool BuildTrees(std::vector<Build>* builds, bool preemptible) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Holds mu_ for a public call; background work yields while one waits.
+  class ABSL_SCOPED_LOCKABLE ForegroundLock {
+   public:
+    explicit ForegroundLock(const TreeDrafter* d) ABSL_EXCLUSIVE_LOCK_FUNCTION(d->mu_) : d_(d) {
+      d_->num_foreground_.fetch_add(1);
+      d_->mu_.Lock();
+      d_->num_foreground_.fetch_sub(1);
+    }
+    ~ForegroundLock() ABSL_UNLOCK_FUNCTION() { d_->mu_.Unlock(); }
+
+   private:
+    const TreeDrafter* d_;
+  };
+  // Frees a sequence's prepared forks.
+  void DropPrepared(SeqState* state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pre-drafting thread: one round (one outcome rank of every pending seed)
+  // per hold of mu_.
+  void PredraftLoop();
+  void RunPredraftRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool PredraftReady() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool PredraftIdle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether the tree answered for `s` seeds pre-drafting (predraft_sampled).
+  bool WantsPredraft(const DraftSpec& s) const;
+
   SequenceTable<SeqState> seqs_ ABSL_GUARDED_BY(mu_);
+  // Public calls waiting for mu_: the background yields to them.
+  mutable std::atomic<int> num_foreground_{0};
+  // The last Draft's answered trees and the next outcome rank to pre-draft.
+  std::vector<PredraftSeed> pending_ ABSL_GUARDED_BY(mu_);
+  int pending_round_ ABSL_GUARDED_BY(mu_) = 0;
+  bool predraft_busy_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_fork_id_ ABSL_GUARDED_BY(mu_) = uint64_t{1} << 63;
+  int64_t hits_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t misses_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t unprepared_ ABSL_GUARDED_BY(mu_) = 0;
+  std::thread thread_;
 };
 
 }  // namespace treespec

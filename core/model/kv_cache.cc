@@ -116,6 +116,58 @@ absl::Status PagedKvCache::CommitPath(int64_t seq, const std::vector<int32_t>& p
   return absl::OkStatus();
 }
 
+absl::StatusOr<int64_t> PagedKvCache::Fork(int64_t seq, const std::vector<int32_t>& path,
+                                           int64_t capacity) {
+  TS_ASSIGN_OR_RETURN(Seq * s, Get(seq));
+  const int64_t len = s->length;
+  const int64_t cap = this->capacity(seq);
+  for (size_t k = 0; k < path.size(); ++k) {
+    if (path[k] < static_cast<int32_t>(k) || (k > 0 && path[k] <= path[k - 1]) ||
+        len + path[k] >= cap) {
+      return absl::InvalidArgumentError("kv cache: fork path must be strictly increasing within capacity");
+    }
+  }
+  const int64_t total = len + static_cast<int64_t>(path.size());
+  if (capacity < total) {
+    return absl::InvalidArgumentError(absl::StrCat("kv cache: fork capacity ", capacity,
+                                                   " below the ", total, " tokens it holds"));
+  }
+  const int64_t fork = CreateSequence();
+  if (absl::Status st = Reserve(fork, capacity); !st.ok()) {
+    Release(fork);
+    return st;
+  }
+  const Seq& from = seqs_.at(seq);  // Reserve may have rehashed the map
+  Seq& to = seqs_.at(fork);
+  const int64_t bs = options_.block_size;
+  auto slot = [bs](const Seq& q, int64_t pos) {
+    return q.blocks[pos / bs] * static_cast<int32_t>(bs) + static_cast<int32_t>(pos % bs);
+  };
+  std::vector<int32_t> src, dst;
+  src.reserve(total);
+  dst.reserve(total);
+  for (int64_t p = 0; p < len; ++p) {
+    src.push_back(slot(from, p));
+    dst.push_back(slot(to, p));
+  }
+  for (size_t k = 0; k < path.size(); ++k) {
+    src.push_back(slot(from, len + path[k]));
+    dst.push_back(slot(to, len + static_cast<int64_t>(k)));
+  }
+  if (!src.empty()) {
+    for (int64_t l = 0; l < options_.num_layers; ++l) {
+      absl::Status st = backend_->CopyRows(&k_[l], src, dst);
+      if (st.ok()) st = backend_->CopyRows(&v_[l], src, dst);
+      if (!st.ok()) {
+        Release(fork);
+        return st;
+      }
+    }
+  }
+  to.length = total;
+  return fork;
+}
+
 void PagedKvCache::Release(int64_t seq) {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return;

@@ -50,6 +50,11 @@ class PagedKvCache {
   // Copying in increasing order is safe: destination k <= path[k] and every
   // later source path[j] > path[k] >= k is never overwritten before it is read.
   absl::Status CommitPath(int64_t seq, const std::vector<int32_t>& path);
+  // A new sequence with room for `capacity` tokens holding `seq`'s committed
+  // K/V followed by its tail tokens at relative indices `path` (as CommitPath
+  // takes them), all committed: the state CommitPath(seq, path) would leave,
+  // copied row for row. `seq` is unchanged; all-or-nothing.
+  absl::StatusOr<int64_t> Fork(int64_t seq, const std::vector<int32_t>& path, int64_t capacity);
   void Release(int64_t seq);
 
   // Attention layout for one forward pass: sequence i of `seqs` gets

@@ -45,6 +45,12 @@ absl::Status LlamaSequenceModel::CommitPath(int64_t handle, const std::vector<in
   return cache_->CommitPath(handle, path);
 }
 
+absl::StatusOr<int64_t> LlamaSequenceModel::ForkPath(int64_t handle,
+                                                     const std::vector<int32_t>& path,
+                                                     int64_t capacity) {
+  return cache_->Fork(handle, path, capacity);
+}
+
 void LlamaSequenceModel::Release(int64_t handle) { cache_->Release(handle); }
 
 int64_t LlamaSequenceModel::length(int64_t handle) const { return cache_->length(handle); }

@@ -23,6 +23,8 @@ class LlamaSequenceModel final : public SequenceModel {
                        const ForwardOptions& options = {}) override;
   absl::Status Commit(int64_t handle, int64_t n) override;
   absl::Status CommitPath(int64_t handle, const std::vector<int32_t>& path) override;
+  absl::StatusOr<int64_t> ForkPath(int64_t handle, const std::vector<int32_t>& path,
+                                   int64_t capacity) override;
   void Release(int64_t handle) override;
   int64_t length(int64_t handle) const override;
   SequenceModelStats stats() const override;

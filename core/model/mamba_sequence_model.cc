@@ -237,6 +237,33 @@ absl::Status MambaSequenceModel::CommitPath(int64_t handle, const std::vector<in
   return absl::OkStatus();
 }
 
+absl::StatusOr<int64_t> MambaSequenceModel::ForkPath(int64_t handle,
+                                                     const std::vector<int32_t>& path,
+                                                     int64_t capacity) {
+  TS_ASSIGN_OR_RETURN(Seq * s, Get(handle));
+  int32_t src = s->base;
+  if (!path.empty()) {
+    const int32_t total = static_cast<int32_t>(s->parents.size());
+    for (size_t k = 0; k < path.size(); ++k) {
+      const int32_t want_parent = k == 0 ? -1 : path[k - 1];
+      if (s->chain > 0 || path[k] < 0 || path[k] >= total || s->parents[path[k]] != want_parent) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "mamba: fork path[", k, "] = ", path[k], " is not a root-to-node path of the tail tree"));
+      }
+    }
+    src = s->nodes[path.back()];
+  }
+  const int64_t length = s->length + static_cast<int64_t>(path.size());
+  TS_ASSIGN_OR_RETURN(const int64_t fork, Open(capacity));
+  Seq& f = seqs_.at(fork);
+  if (absl::Status st = pool_->Copy({src}, {f.base}); !st.ok()) {
+    Release(fork);
+    return st;
+  }
+  f.length = length;
+  return fork;
+}
+
 void MambaSequenceModel::Release(int64_t handle) {
   auto it = seqs_.find(handle);
   if (it == seqs_.end()) return;

@@ -28,6 +28,10 @@ absl::Status SequenceModel::CopyState(int64_t, int64_t) {
                                                ": no recurrent state to copy"));
 }
 
+absl::StatusOr<int64_t> SequenceModel::ForkPath(int64_t, const std::vector<int32_t>&, int64_t) {
+  return absl::UnimplementedError(absl::StrCat(ModelKindName(info().kind), ": cannot fork"));
+}
+
 absl::Status SequenceModelOptions::Validate() const {
   if (kv_blocks < 1) {
     return absl::InvalidArgumentError(absl::StrCat("kv_blocks ", kv_blocks, " must be >= 1"));

@@ -96,6 +96,14 @@ class SequenceModel {
   virtual absl::StatusOr<SequenceSnapshot> SnapshotState(int64_t handle);
   virtual absl::Status RestoreState(int64_t handle, const SequenceSnapshot& snapshot);
   virtual absl::Status CopyState(int64_t src, int64_t dst);
+  // Opens a new sequence (room for `capacity` tokens) whose committed prefix
+  // is `handle`'s committed prefix followed by its tail nodes `path` (as
+  // CommitPath takes it; empty: the prefix alone), with no tail. `handle` is
+  // unchanged. The new state equals, bit for bit, what CommitPath(path) would
+  // leave in `handle`, so work done on the fork can be adopted in its place
+  // (the drafter's pre-drafting). UNIMPLEMENTED where a model cannot fork.
+  virtual absl::StatusOr<int64_t> ForkPath(int64_t handle, const std::vector<int32_t>& path,
+                                           int64_t capacity);
 
   virtual SequenceModelStats stats() const = 0;
 };

@@ -160,6 +160,33 @@ TEST_P(SequenceModelTest, CommitPathKeepsExactlyThePath) {
   EXPECT_EQ(model_->length(h), static_cast<int64_t>(history.size()));
 }
 
+// ForkPath gives a new sequence in exactly the state CommitPath leaves (bit
+// for bit: pre-drafting adopts forks in place of the real state) and leaves
+// the source's tail untouched.
+TEST_P(SequenceModelTest, ForkPathEqualsCommitPathBitForBit) {
+  const int64_t h = OpenWith(kPrompt);
+  ForwardOutput fo;
+  ASSERT_TRUE(model_->Forward({{h, kTree, kParents, LogitsMode::kNone}}, &fo).ok());
+  absl::StatusOr<int64_t> fork = model_->ForkPath(h, PathTo(4), 128);
+  ASSERT_TRUE(fork.ok()) << fork.status();
+  absl::StatusOr<int64_t> fork_root = model_->ForkPath(h, {}, 128);
+  ASSERT_TRUE(fork_root.ok()) << fork_root.status();
+  EXPECT_EQ(model_->length(*fork), static_cast<int64_t>(kPrompt.size()) + 3);
+  EXPECT_EQ(model_->length(*fork_root), static_cast<int64_t>(kPrompt.size()));
+  EXPECT_EQ(model_->length(h), static_cast<int64_t>(kPrompt.size()));
+  ForwardOutput from_fork;
+  ASSERT_TRUE(model_->Forward({{*fork, {77}, {-1}, LogitsMode::kAll}}, &from_fork).ok());
+  ASSERT_TRUE(model_->CommitPath(h, PathTo(4)).ok());
+  ForwardOutput from_commit;
+  ASSERT_TRUE(model_->Forward({{h, {77}, {-1}, LogitsMode::kAll}}, &from_commit).ok());
+  ASSERT_EQ(from_fork.logits.size(), from_commit.logits.size());
+  for (size_t t = 0; t < from_fork.logits.size(); ++t) {
+    ASSERT_EQ(from_fork.logits[t], from_commit.logits[t]) << "token " << t;
+  }
+  model_->Release(*fork);
+  model_->Release(*fork_root);
+}
+
 TEST_P(SequenceModelTest, ReleaseGivesMemoryBack) {
   const SequenceModelStats empty = model_->stats();
   EXPECT_EQ(empty.num_sequences, 0);
