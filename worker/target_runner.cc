@@ -135,7 +135,14 @@ std::vector<OpenOutcome> TargetRunner::Open(const std::vector<OpenSpec>& specs) 
     // for more than one chunk of somebody else's prompt.
     mu_.LockWhen(absl::Condition(&NoVerifyWaiting, &verifies_waiting_));
     const size_t chunk = ChunkTokens(work.size());
-    PrefillChunk(specs, offset, chunk, &work, &out);
+    const int64_t t0 = NowNs();
+    const int64_t tokens = PrefillChunk(specs, offset, chunk, &work, &out);
+    if (tokens > 0) {
+      const double per_token = static_cast<double>(NowNs() - t0) / tokens;
+      prefill_ns_per_token_ = prefill_ns_per_token_ > 0
+                                  ? 0.8 * prefill_ns_per_token_ + 0.2 * per_token
+                                  : per_token;
+    }
     mu_.Unlock();
     offset += chunk;
   }
@@ -143,19 +150,22 @@ std::vector<OpenOutcome> TargetRunner::Open(const std::vector<OpenSpec>& specs) 
 }
 
 size_t TargetRunner::ChunkTokens(size_t num_seqs) const {
-  constexpr int64_t kMinPrefillChunk = 16;
   // Verify batches this recent mean live streams: keep each chunk's forward
-  // pass about as long as their steps' (Sarathi-style chunked prefill).
+  // pass at about half of theirs (Sarathi-style chunked prefill), so a live
+  // step waits for at most half a step of this prompt.
   constexpr absl::Duration kLive = absl::Milliseconds(250);
   int64_t budget = options_.prefill_chunk_tokens;
   if (absl::Now() - last_verify_at_ < kLive) {
-    budget = std::min(budget, std::max(kMinPrefillChunk, last_verify_tokens_));
+    const int64_t fit = prefill_ns_per_token_ > 0
+                            ? static_cast<int64_t>(0.5 * last_verify_ns_ / prefill_ns_per_token_)
+                            : last_verify_tokens_ / 2;
+    budget = std::clamp<int64_t>(fit, 1, budget);
   }
-  const int64_t per_seq = budget / std::max<int64_t>(1, static_cast<int64_t>(num_seqs));
-  return static_cast<size_t>(std::max<int64_t>(std::min(kMinPrefillChunk, budget), per_seq));
+  return static_cast<size_t>(
+      std::max<int64_t>(1, budget / std::max<int64_t>(1, static_cast<int64_t>(num_seqs))));
 }
 
-void TargetRunner::PrefillChunk(const std::vector<OpenSpec>& specs, size_t offset, size_t chunk,
+int64_t TargetRunner::PrefillChunk(const std::vector<OpenSpec>& specs, size_t offset, size_t chunk,
                                 std::vector<Prefilling>* work, std::vector<OpenOutcome>* out) {
   std::vector<ForwardSeq> batch;
   std::vector<Prefilling*> members;
@@ -179,7 +189,7 @@ void TargetRunner::PrefillChunk(const std::vector<OpenSpec>& specs, size_t offse
                      last ? LogitsMode::kLast : LogitsMode::kNone});
     members.push_back(&p);
   }
-  if (batch.empty()) return;
+  if (batch.empty()) return 0;
   ForwardOutput fo;
   absl::Status st = model_->Forward(batch, &fo);
   for (size_t b = 0; b < batch.size(); ++b) {
@@ -201,6 +211,9 @@ void TargetRunner::PrefillChunk(const std::vector<OpenSpec>& specs, size_t offse
     p.done = true;
     table_.Publish(id);
   }
+  int64_t tokens = 0;
+  for (const ForwardSeq& f : batch) tokens += static_cast<int64_t>(f.tokens.size());
+  return tokens;
 }
 
 absl::Status TargetRunner::CheckStep(const StepSpec& step, const Seq& seq,
@@ -267,12 +280,15 @@ std::vector<StepOutcome> TargetRunner::Verify(const std::vector<StepSpec>& steps
   if (!batch.empty()) {
     last_verify_tokens_ = 0;
     for (const ForwardSeq& f : batch) last_verify_tokens_ += static_cast<int64_t>(f.tokens.size());
-    last_verify_at_ = absl::Now();
   }
   const int64_t t0 = NowNs();
   ForwardOutput fo;
   absl::Status st = batch.empty() ? absl::OkStatus() : model_->Forward(batch, &fo, options);
   const int64_t t1 = NowNs();
+  if (!batch.empty()) {
+    last_verify_ns_ = t1 - t0;
+    last_verify_at_ = absl::Now();
+  }
   const int64_t V = model_->info().vocab_size;
   for (size_t b = 0; b < batch.size(); ++b) {
     StepOutcome& o = out[batch_index[b]];

@@ -55,9 +55,9 @@ struct TargetRunnerOptions {
   int64_t max_tree_nodes = 128;  // per sequence per step, root included
   int64_t max_sequences = 256;
   // Longest prompt piece prefilled under the lock at once. While other
-  // sequences are verifying, a piece is no larger than their last verify
-  // batch (at least kMinPrefillChunk tokens), so a live stream's step waits
-  // for at most about one step's worth of somebody else's prompt.
+  // sequences are verifying, a piece is sized to take about half their last
+  // verify pass (from the measured prefill time per token), so a live
+  // stream's step waits for at most half a step of somebody else's prompt.
   int64_t prefill_chunk_tokens = 256;
   // Sequences untouched this long are released by ReleaseExpired (zero: never).
   absl::Duration sequence_lease = absl::ZeroDuration();
@@ -151,8 +151,9 @@ class TargetRunner {
   int32_t SampleFirst(const Seq& seq, const float* logits) const;
   // Prompt tokens per sequence for the next chunk of an Open of `num_seqs`.
   size_t ChunkTokens(size_t num_seqs) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Runs the prompt chunk [offset, offset + chunk) of every unfinished sequence.
-  void PrefillChunk(const std::vector<OpenSpec>& specs, size_t offset, size_t chunk,
+  // Runs the prompt chunk [offset, offset + chunk) of every unfinished
+  // sequence; returns the tokens it fed.
+  int64_t PrefillChunk(const std::vector<OpenSpec>& specs, size_t offset, size_t chunk,
                     std::vector<Prefilling>* work, std::vector<OpenOutcome>* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailOpen(uint64_t id, int64_t handle, absl::Status st, OpenOutcome* out)
@@ -164,9 +165,12 @@ class TargetRunner {
   // Verify calls waiting for mu_: a prefilling Open lets them go first.
   std::atomic<int> verifies_waiting_{0};
   SequenceTable<Seq> table_ ABSL_GUARDED_BY(mu_);
-  // Tokens of the last Verify's forward pass and when it ran (chunk sizing).
+  // Chunk sizing: the last Verify's forward pass (tokens, time, when) and a
+  // running estimate of a prefill chunk's time per token.
   int64_t last_verify_tokens_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t last_verify_ns_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_verify_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  double prefill_ns_per_token_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace treespec
