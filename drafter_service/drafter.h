@@ -105,6 +105,14 @@ struct DrafterOptions {
   absl::Status Validate() const;
 };
 
+// The checks every drafter kind makes on a request's own fields (INVALID_ARGUMENT
+// naming the field): prompt ids inside [0, vocab); for a draft, non-empty
+// new_tokens inside [0, vocab), a shape of at most max_tree_nodes, top_k >= 0
+// and temperature in [0, 100]. Sequence state (open, step order) is the
+// caller's.
+absl::Status ValidatePrompt(const std::vector<int32_t>& prompt, int64_t vocab);
+absl::Status ValidateDraftSpec(const DraftSpec& s, int64_t max_tree_nodes, int64_t vocab);
+
 // Loads the drafter model of options.model_dir on `backend` (which must
 // outlive it); INVALID_ARGUMENT when options.kind does not match the model.
 // Kind "ngram" loads no model (drafter_service/ngram_drafter.h).

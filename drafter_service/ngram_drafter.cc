@@ -102,12 +102,7 @@ std::vector<absl::Status> NgramDrafter::Open(const std::vector<DrafterOpenSpec>&
   std::vector<absl::Status> out;
   for (const DrafterOpenSpec& spec : specs) {
     absl::Status st = seqs_.CheckOpen(spec.id);
-    for (size_t i = 0; i < spec.prompt.size() && st.ok(); ++i) {
-      if (spec.prompt[i] < 0 || spec.prompt[i] >= vocab_size()) {
-        st = absl::InvalidArgumentError(absl::StrCat("prompt[", i, "] = ", spec.prompt[i],
-                                                     " is outside the vocabulary"));
-      }
-    }
+    if (st.ok()) st = ValidatePrompt(spec.prompt, vocab_size());
     if (st.ok()) {
       NgramIndex index(options_.ngram_min, options_.ngram_max);
       index.Append(spec.prompt);
@@ -122,25 +117,7 @@ absl::Status NgramDrafter::CheckDraft(const DraftSpec& s, BatchIds* ids, NgramIn
   TS_ASSIGN_OR_RETURN(*index, seqs_.Find(s.id));
   TS_RETURN_IF_ERROR(ids->Add(s.id));
   TS_RETURN_IF_ERROR(seqs_.CheckStep(s.id, s.step, "draft step", "drafted"));
-  if (s.new_tokens.empty()) return absl::InvalidArgumentError("new_tokens is empty");
-  if (s.shape.NumNodes() > options_.max_tree_nodes) {
-    return absl::InvalidArgumentError(absl::StrCat("tree '", s.shape.ToString(), "' has ",
-                                                   s.shape.NumNodes(), " nodes; this drafter allows ",
-                                                   options_.max_tree_nodes));
-  }
-  if (s.top_k < 0) return absl::InvalidArgumentError(absl::StrCat("top_k ", s.top_k, " is negative"));
-  if (!(s.temperature >= 0.0f && s.temperature <= 100.0f)) {
-    return absl::InvalidArgumentError(absl::StrCat("temperature ", s.temperature,
-                                                   " is outside [0, 100]"));
-  }
-  for (size_t t = 0; t < s.new_tokens.size(); ++t) {
-    if (s.new_tokens[t] < 0 || s.new_tokens[t] >= vocab_size()) {
-      return absl::InvalidArgumentError(absl::StrCat("new_tokens[", t, "] = ", s.new_tokens[t],
-                                                     " is outside the vocabulary [0, ",
-                                                     vocab_size(), ")"));
-    }
-  }
-  return absl::OkStatus();
+  return ValidateDraftSpec(s, options_.max_tree_nodes, vocab_size());
 }
 
 std::vector<DraftOutcome> NgramDrafter::Draft(const std::vector<DraftSpec>& specs) {

@@ -75,17 +75,43 @@ absl::Status DrafterOptions::Validate() const {
   return absl::OkStatus();
 }
 
+absl::Status ValidatePrompt(const std::vector<int32_t>& prompt, int64_t vocab) {
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("prompt[", i, "] = ", prompt[i], " is outside the vocabulary"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateDraftSpec(const DraftSpec& s, int64_t max_tree_nodes, int64_t vocab) {
+  if (s.new_tokens.empty()) return absl::InvalidArgumentError("new_tokens is empty");
+  if (s.shape.NumNodes() > max_tree_nodes) {
+    return absl::InvalidArgumentError(absl::StrCat("tree '", s.shape.ToString(), "' has ",
+                                                   s.shape.NumNodes(), " nodes; this drafter allows ",
+                                                   max_tree_nodes));
+  }
+  if (s.top_k < 0) return absl::InvalidArgumentError(absl::StrCat("top_k ", s.top_k, " is negative"));
+  if (!(s.temperature >= 0.0f && s.temperature <= 100.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("temperature ", s.temperature,
+                                                   " is outside [0, 100]"));
+  }
+  for (size_t t = 0; t < s.new_tokens.size(); ++t) {
+    if (s.new_tokens[t] < 0 || s.new_tokens[t] >= vocab) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "new_tokens[", t, "] = ", s.new_tokens[t], " is outside the vocabulary [0, ", vocab, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::vector<absl::Status> TreeDrafter::Open(const std::vector<DrafterOpenSpec>& specs) {
   ForegroundLock lock(this);
   std::vector<absl::Status> out;
   for (const DrafterOpenSpec& spec : specs) {
     absl::Status st = seqs_.CheckOpen(spec.id);
-    for (size_t i = 0; i < spec.prompt.size() && st.ok(); ++i) {
-      if (spec.prompt[i] < 0 || spec.prompt[i] >= vocab_size()) {
-        st = absl::InvalidArgumentError(absl::StrCat("prompt[", i, "] = ", spec.prompt[i],
-                                                     " is outside the vocabulary"));
-      }
-    }
+    if (st.ok()) st = ValidatePrompt(spec.prompt, vocab_size());
     if (st.ok()) st = OpenSequence(spec.id, spec.prompt);
     if (st.ok()) st = seqs_.Insert(spec.id, SeqState{});
     out.push_back(st);
@@ -101,25 +127,7 @@ absl::Status TreeDrafter::CheckDraft(const DraftSpec& s, BatchIds* ids, SeqState
         "sequence ", s.id, " lost its drafter state in an earlier failure; release and reopen it"));
   }
   TS_RETURN_IF_ERROR(seqs_.CheckStep(s.id, s.step, "draft step", "drafted"));
-  if (s.new_tokens.empty()) return absl::InvalidArgumentError("new_tokens is empty");
-  if (s.shape.NumNodes() > options_.max_tree_nodes) {
-    return absl::InvalidArgumentError(absl::StrCat("tree '", s.shape.ToString(), "' has ",
-                                                   s.shape.NumNodes(), " nodes; this drafter allows ",
-                                                   options_.max_tree_nodes));
-  }
-  if (s.top_k < 0) return absl::InvalidArgumentError(absl::StrCat("top_k ", s.top_k, " is negative"));
-  if (!(s.temperature >= 0.0f && s.temperature <= 100.0f)) {
-    return absl::InvalidArgumentError(absl::StrCat("temperature ", s.temperature,
-                                                   " is outside [0, 100]"));
-  }
-  const int64_t V = vocab_size();
-  for (size_t t = 0; t < s.new_tokens.size(); ++t) {
-    if (s.new_tokens[t] < 0 || s.new_tokens[t] >= V) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "new_tokens[", t, "] = ", s.new_tokens[t], " is outside the vocabulary [0, ", V, ")"));
-    }
-  }
-  return absl::OkStatus();
+  return ValidateDraftSpec(s, options_.max_tree_nodes, vocab_size());
 }
 
 bool TreeDrafter::WantsPredraft(const DraftSpec& s) const {
