@@ -1,16 +1,37 @@
 #include "coordinator/coordinator.h"
 
+#include <iostream>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "core/util/status_macros.h"
+#include "rpc/cost_profile.h"
 
 namespace treespec {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kProbeTimeout{2000};
+
+// Keeps the start-up cost profile an endpoint reported, the first time it
+// reports a usable one. A malformed profile is ignored with a warning: the
+// lanes then learn the costs online.
+ProfileSlot<VerifyCostModel>& Slot(WorkerEndpoint* e) { return e->verify_profile; }
+ProfileSlot<DraftCostModel>& Slot(DrafterEndpoint* e) { return e->draft_profile; }
+
+template <typename Endpoint, typename Proto>
+void TakeProfile(Endpoint* e, const Proto& profile, const char* what) {
+  auto& slot = Slot(e);
+  if (slot.Get().has_value()) return;
+  auto model = FromProto(profile);
+  if (model.ok()) {
+    slot.Set(*std::move(model));
+  } else if (!absl::IsNotFound(model.status())) {
+    std::cerr << "treespec-coordinator: warning: ignoring the cost profile of " << what << " "
+              << e->name << ": " << model.status().message() << std::endl;
+  }
+}
 
 }  // namespace
 
@@ -109,6 +130,7 @@ absl::Status Coordinator::Start() {
         continue;
       }
       w->health.MarkHealthy();
+      TakeProfile(w.get(), info->verify_cost(), "worker");
       if (!have) {
         have = true;
         ctx_.vocab_size = info->vocab_size();
@@ -141,6 +163,7 @@ absl::Status Coordinator::Start() {
           "drafter ", d->name, " at ", d->client->address(), " has a vocabulary of ",
           info->vocab_size(), " but the target has ", ctx_.vocab_size));
     }
+    TakeProfile(d.get(), info->draft_cost(), "drafter");
   }
   prober_ = std::thread([this] { ProbeLoop(); });
   return absl::OkStatus();
@@ -156,7 +179,8 @@ void Coordinator::ProbeLoop() {
     const Clock::time_point now = Clock::now();
     for (auto& w : workers_) {
       if (w->health.healthy() || !w->health.MayTry(now)) continue;
-      if (w->client->Info(kProbeTimeout).ok()) {
+      if (absl::StatusOr<v1::WorkerInfo> info = w->client->Info(kProbeTimeout); info.ok()) {
+        TakeProfile(w.get(), info->verify_cost(), "worker");
         w->health.MarkHealthy();
       } else {
         w->health.MarkFailed(Clock::now());
@@ -164,7 +188,9 @@ void Coordinator::ProbeLoop() {
     }
     for (auto& d : drafters_) {
       if (d->health.healthy() || !d->health.MayTry(now)) continue;
-      if (d->client->Info(kProbeTimeout).ok()) {
+      if (absl::StatusOr<v1::DrafterInfoResponse> info = d->client->Info(kProbeTimeout);
+          info.ok()) {
+        TakeProfile(d.get(), info->draft_cost(), "drafter");
         d->health.MarkHealthy();
       } else {
         d->health.MarkFailed(Clock::now());

@@ -83,6 +83,7 @@ class Coordinator : public GaugeSource {
   // "server shutting down"; returns once the lanes have stopped. Idempotent.
   void Shutdown();
   const std::vector<std::unique_ptr<WorkerEndpoint>>& workers() const { return workers_; }
+  const std::vector<std::unique_ptr<DrafterEndpoint>>& drafters() const { return drafters_; }
 
  private:
   Coordinator() = default;

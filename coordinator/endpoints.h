@@ -1,16 +1,21 @@
 // Worker groups and drafter replicas as the coordinator sees them: a client,
-// a health flag with retry back-off, and a load counter (live sequences).
-// Thread-safe (atomics and a mutex for the back-off clock).
+// a health flag with retry back-off, a load counter (live sequences), and the
+// start-up cost profile the endpoint reported (WorkerInfo.verify_cost,
+// DrafterInfo.draft_cost), which new lanes install in their planner.
+// Thread-safe (atomics and mutexes).
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "coordinator/clients.h"
+#include "core/spec/step_cost_model.h"
 
 namespace treespec {
 
@@ -34,16 +39,36 @@ class EndpointHealth {
   std::chrono::milliseconds backoff_ ABSL_GUARDED_BY(mu_){250};
 };
 
+// A cost model reported by an endpoint; empty until it reported one.
+template <typename Model>
+class ProfileSlot {
+ public:
+  void Set(Model m) {
+    absl::MutexLock lock(&mu_);
+    model_ = std::move(m);
+  }
+  std::optional<Model> Get() const {
+    absl::MutexLock lock(&mu_);
+    return model_;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::optional<Model> model_ ABSL_GUARDED_BY(mu_);
+};
+
 struct WorkerEndpoint {
   std::string name;  // address
   std::unique_ptr<WorkerClient> client;
   EndpointHealth health;
+  ProfileSlot<VerifyCostModel> verify_profile;
 };
 
 struct DrafterEndpoint {
   std::string name;  // drafter name (several replicas may share it)
   std::unique_ptr<DrafterClient> client;
   EndpointHealth health;
+  ProfileSlot<DraftCostModel> draft_profile;
 };
 
 }  // namespace treespec

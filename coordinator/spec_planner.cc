@@ -27,6 +27,11 @@ void SpecPlanner::SetVerifyProfile(VerifyCostModel verify) {
   ready_ = true;
 }
 
+void SpecPlanner::SetDraftProfile(DraftCostModel draft) {
+  draft_ = std::move(draft);
+  has_draft_prior_ = true;
+}
+
 void SpecPlanner::SeedPrior(const VerifyStepFeatures& f, double s) {
   const double b = static_cast<double>(std::max<int64_t>(1, f.batch));
   if (!ready_) {

@@ -7,6 +7,12 @@
 // not call the drafter) and feeds back every verified tree's accepted path and
 // every step's measured times.
 //
+// Cost models from start-up profiles. The worker and the drafter profile
+// themselves at start-up (worker/verify_profiler.h, drafter_service/
+// draft_profiler.h) and the lane installs both here (SetVerifyProfile,
+// SetDraftProfile) as the priors of the online refits, so plans use the
+// device's real costs from the first planned step.
+//
 // Cost models before any profile. The planner must never think verify is
 // free. Until a profile is installed (SetVerifyProfile) the verify model has
 // no coefficients, so Ready() is false and every auto sequence decodes
@@ -74,6 +80,8 @@ class SpecPlanner {
   bool Ready() const { return ready_; }
   // Installs a start-up verify profile (e.g. from WorkerInfo) as the prior.
   void SetVerifyProfile(VerifyCostModel verify);
+  // Installs a start-up draft profile (e.g. from DrafterInfo) as the prior.
+  void SetDraftProfile(DraftCostModel draft);
 
   // One planned step (the acceptance models' UCB clock advances). `greedy`:
   // the batch is mostly greedy, so the greedy acceptance model plans it.

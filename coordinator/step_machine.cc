@@ -56,7 +56,10 @@ struct StepMachine::Seq {
 StepMachine::StepMachine(StepMachineOptions options)
     : options_(std::move(options)),
       planner_(std::make_unique<SpecPlanner>(
-          SpecPlannerOptions{options_.bandit_shapes, options_.planner, {}})) {}
+          SpecPlannerOptions{options_.bandit_shapes, options_.planner, {}})) {
+  if (options_.verify_profile.has_value()) planner_->SetVerifyProfile(*options_.verify_profile);
+  if (options_.draft_profile.has_value()) planner_->SetDraftProfile(*options_.draft_profile);
+}
 StepMachine::~StepMachine() = default;
 
 bool StepMachine::Stepping(const Seq& s) {

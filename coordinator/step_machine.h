@@ -74,6 +74,11 @@ struct StepMachineOptions {
   bool has_drafter = true;                      // false: every sequence decodes plainly
   // After a drafter Open fails for a sequence, wait this long before retrying.
   std::chrono::milliseconds drafter_retry{500};
+  // Start-up cost profiles of the lane's worker and drafter (WorkerInfo,
+  // DrafterInfo), installed in the planner as its priors; unset: the
+  // planner seeds its priors from the first measured step.
+  std::optional<VerifyCostModel> verify_profile;
+  std::optional<DraftCostModel> draft_profile;
 };
 
 struct WorkerOpenItem {

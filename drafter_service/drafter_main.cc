@@ -2,13 +2,20 @@
 // model-free ngram drafter) over gRPC.
 #include <algorithm>
 #include <cstdio>
+#include <iostream>
+#include <thread>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "core/tensor/backend.h"
+#include "core/tensor/dtype.h"
+#include "core/util/status_macros.h"
 #include "core/util/periodic.h"
+#include "drafter_service/draft_profiler.h"
 #include "drafter_service/drafter.h"
 #include "drafter_service/drafter_service.h"
 #include "drafter_service/drafter_telemetry.h"
+#include "rpc/cost_profile.h"
 #include "rpc/service_main.h"
 
 ABSL_FLAG(std::string, kind, "mamba",
@@ -35,9 +42,57 @@ ABSL_FLAG(bool, predraft_sampled, false,
 ABSL_FLAG(double, sequence_lease_s, 60,
           "Seconds after its last Open/Draft that a sequence is released (its client is presumed "
           "gone); 0: never");
+ABSL_FLAG(bool, startup_profile, true,
+          "Profile the Draft call at start-up (or read the cached profile) and report it to the "
+          "coordinator, so that auto trees are planned with the right costs from the first step");
+ABSL_FLAG(std::string, cost_cache_dir, "",
+          "Directory of cached start-up profiles, keyed by model, device and dtype (empty: "
+          "$TREESPEC_CACHE_DIR, $XDG_CACHE_HOME/treespec or ~/.cache/treespec; 'none': no cache)");
 
 namespace treespec {
 namespace {
+
+// The Draft call's cost profile, from the cache or measured now. Never
+// fatal: without one the coordinator learns the costs online.
+v1::DraftCostProfile StartupProfile(Drafter* drafter, const DrafterOptions& options,
+                                    Backend* backend) {
+  v1::DraftCostProfile out;
+  if (!absl::GetFlag(FLAGS_startup_profile)) return out;
+  std::string dir = absl::GetFlag(FLAGS_cost_cache_dir);
+  if (dir.empty()) dir = DefaultCostCacheDir();
+  if (dir == "none") dir.clear();
+  const std::string model_key =
+      options.kind == "ngram"
+          ? absl::StrCat("draft ngram vocab ", drafter->vocab_size(), " n ", options.ngram_min,
+                         "-", options.ngram_max)
+          : absl::StrCat("draft ", options.kind, " ", ModelIdentity(options.model_dir));
+  const std::string device_key =
+      absl::StrCat(absl::GetFlag(FLAGS_device), " ", backend->name(), " ",
+                   DTypeName(backend->activation_dtype()), " threads ",
+                   std::thread::hardware_concurrency());
+  auto measure = [&]() -> absl::StatusOr<StepCostModel> {
+    StepCostModel m;
+    TS_ASSIGN_OR_RETURN(m.draft, MeasureDraftCost(drafter, options.max_sequences,
+                                                  options.max_tree_nodes, DraftProfileOptions()));
+    return m;
+  };
+  absl::StatusOr<LoadedProfile> p =
+      LoadOrMeasureProfile(dir, model_key, device_key, measure, std::cerr);
+  if (!p.ok()) {
+    std::cerr << "treespec-drafter: warning: no draft cost profile: " << p.status().message()
+              << std::endl;
+    return out;
+  }
+  ToProto(*p, &out);
+  std::cerr << "treespec-drafter: draft cost profile ("
+            << (p->source == v1::COST_PROFILE_SOURCE_CACHE
+                    ? std::string("cached")
+                    : absl::StrCat("measured in ", p->profile_ns / 1000000, " ms"))
+            << "): call " << out.per_call_s() * 1e3 << " ms + " << out.per_level_s() * 1e3
+            << " ms/level + " << out.per_sequence_level_s() * 1e3 << " ms/sequence-level + "
+            << out.per_node_s() * 1e3 << " ms/node" << std::endl;
+  return out;
+}
 
 int Main() {
   DrafterOptions options;
@@ -72,6 +127,8 @@ int Main() {
   const std::string& dir = options.model_dir;
   DrafterService service(drafter->get(),
                          dir.empty() ? std::string("ngram") : dir.substr(dir.find_last_of('/') + 1));
+  v1::DraftCostProfile profile = StartupProfile(drafter->get(), options, backend->get());
+  service.SetStartupProfile(std::move(profile), (*drafter)->Stats());
   auto obs = StartServiceObservability("treespec-drafter");
   if (!obs.ok()) return FailService(obs.status());
   RegisterDrafterTelemetry(&service, obs->get());

@@ -92,9 +92,10 @@ grpc::Status DrafterService::GetDrafterInfo(grpc::ServerContext*, const v1::GetD
   resp->set_num_sequences(static_cast<int32_t>(s.num_sequences));
   resp->set_slots_free(s.slots_free);
   resp->set_slots_total(s.slots_total);
-  resp->set_predraft_hits(s.predraft_hits);
-  resp->set_predraft_misses(s.predraft_misses);
-  resp->set_predraft_unprepared(s.predraft_unprepared);
+  resp->set_predraft_hits(s.predraft_hits - baseline_.predraft_hits);
+  resp->set_predraft_misses(s.predraft_misses - baseline_.predraft_misses);
+  resp->set_predraft_unprepared(s.predraft_unprepared - baseline_.predraft_unprepared);
+  *resp->mutable_draft_cost() = draft_cost_;
   return grpc::Status::OK;
 }
 

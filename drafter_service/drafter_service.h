@@ -13,6 +13,14 @@ class DrafterService final : public v1::Drafter::Service {
  public:
   DrafterService(Drafter* drafter, std::string model) : drafter_(drafter), model_(std::move(model)) {}
 
+  // The start-up cost profile DrafterInfo reports, and the drafter's stats
+  // right after profiling: the profile's own drafts are left out of the
+  // reported pre-draft counters. Call before serving.
+  void SetStartupProfile(v1::DraftCostProfile profile, const DrafterStats& after_profile) {
+    draft_cost_ = std::move(profile);
+    baseline_ = after_profile;
+  }
+
   grpc::Status Open(grpc::ServerContext* ctx, const v1::DrafterOpenRequest* req,
                     v1::DrafterOpenResponse* resp) override;
   grpc::Status Draft(grpc::ServerContext* ctx, const v1::DraftRequest* req,
@@ -25,6 +33,8 @@ class DrafterService final : public v1::Drafter::Service {
  private:
   Drafter* drafter_;
   std::string model_;
+  v1::DraftCostProfile draft_cost_;
+  DrafterStats baseline_;
 };
 
 }  // namespace treespec

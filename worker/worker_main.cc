@@ -19,12 +19,16 @@
 #include "core/model/sequence_model.h"
 #include "core/tensor/backend.h"
 #include "core/util/periodic.h"
+#include "core/util/status_macros.h"
+#include "core/tensor/dtype.h"
+#include "rpc/cost_profile.h"
 #include "rpc/service_main.h"
 #include "rpc/signals.h"
 #include "worker/group_service.h"
 #include "worker/group_setup.h"
 #include "worker/rank_loop.h"
 #include "worker/target_runner.h"
+#include "worker/verify_profiler.h"
 #include "worker/worker_service.h"
 #include "worker/worker_telemetry.h"
 
@@ -57,6 +61,12 @@ ABSL_FLAG(double, rendezvous_timeout_s, 300,
           "How long to retry reaching the rendezvous and to wait for every rank to join and load");
 ABSL_FLAG(double, collective_timeout_s, 30,
           "Bound on one collective; a rank silent this long is considered gone");
+ABSL_FLAG(bool, startup_profile, true,
+          "Profile the verify step at start-up (or read the cached profile) and report it to the "
+          "coordinator, so that auto trees are planned with the right costs from the first step");
+ABSL_FLAG(std::string, cost_cache_dir, "",
+          "Directory of cached start-up profiles, keyed by model, device and dtype (empty: "
+          "$TREESPEC_CACHE_DIR, $XDG_CACHE_HOME/treespec or ~/.cache/treespec; 'none': no cache)");
 
 namespace treespec {
 namespace {
@@ -134,6 +144,43 @@ WorkerIdentity Identity(const std::string& model_dir, const ModelConfig& mc, Bac
   return id;
 }
 
+// The verify step's cost profile, from the cache or measured now. Never
+// fatal: without one the coordinator learns the costs online.
+v1::VerifyCostProfile StartupProfile(TargetRunner* runner, const std::string& model_dir,
+                                     Backend* backend, int tp_size) {
+  v1::VerifyCostProfile out;
+  if (!absl::GetFlag(FLAGS_startup_profile)) return out;
+  std::string dir = absl::GetFlag(FLAGS_cost_cache_dir);
+  if (dir.empty()) dir = DefaultCostCacheDir();
+  if (dir == "none") dir.clear();
+  const std::string model_key = absl::StrCat("verify ", ModelIdentity(model_dir));
+  const std::string device_key =
+      absl::StrCat(absl::GetFlag(FLAGS_device), " ", backend->name(), " ",
+                   DTypeName(backend->activation_dtype()), " threads ",
+                   std::thread::hardware_concurrency(), " tp ", tp_size);
+  auto measure = [&]() -> absl::StatusOr<StepCostModel> {
+    StepCostModel m;
+    TS_ASSIGN_OR_RETURN(m.verify, MeasureVerifyCost(runner, VerifyProfileOptions()));
+    return m;
+  };
+  absl::StatusOr<LoadedProfile> p = LoadOrMeasureProfile(dir, model_key, device_key, measure, std::cerr);
+  if (!p.ok()) {
+    std::cerr << "treespec-worker: warning: no verify cost profile: " << p.status().message()
+              << std::endl;
+    return out;
+  }
+  ToProto(*p, &out);
+  std::cerr << "treespec-worker: verify cost profile ("
+            << (p->source == v1::COST_PROFILE_SOURCE_CACHE
+                    ? std::string("cached")
+                    : absl::StrCat("measured in ", p->profile_ns / 1000000, " ms"))
+            << "): step " << out.per_step_s() * 1e3 << " ms + " << out.per_sequence_s() * 1e3
+            << " ms/sequence + " << out.per_token_s() * 1e3 << " ms/token + "
+            << out.per_context_token_s() * 1e6 << " us/context token, knee "
+            << out.knee_tokens() << std::endl;
+  return out;
+}
+
 // Serves `service` until SIGTERM/SIGINT. `on_started` runs once the server
 // is up, `after_drain` once in-flight calls have finished (server still alive).
 int Serve(v1::Worker::Service* service, const std::function<void(grpc::Server*)>& on_started,
@@ -153,8 +200,10 @@ int SingleRank(const std::string& model_dir, Backend* backend, const ModelConfig
   TargetRunnerOptions options = RunnerOptions();
   if (absl::Status st = options.Validate(); !st.ok()) return FailService(st);
   TargetRunner runner(model->get(), options);
+  WorkerIdentity identity = Identity(model_dir, mc, backend, 1);
+  identity.verify_cost = StartupProfile(&runner, model_dir, backend, 1);
   std::unique_ptr<Periodic> sweeper = StartLeaseSweeper(&runner);
-  WorkerService service(&runner, Identity(model_dir, mc, backend, 1));
+  WorkerService service(&runner, std::move(identity));
   return Serve(&service, nullptr, nullptr);
 }
 
@@ -183,12 +232,14 @@ int Follow(WorkerGroup* group, SequenceModel* model, int rank, int size,
 // Rank 0: leads the group's steps and serves gRPC; a failed group closes the
 // rendezvous sessions and reports NOT_SERVING.
 int Lead(WorkerGroup* group, const GroupOptions& g, SequenceModel* model,
-         GroupHealth* health, const TargetRunnerOptions& options, WorkerIdentity identity) {
+         GroupHealth* health, const TargetRunnerOptions& options, WorkerIdentity identity,
+         const std::string& model_dir, Backend* backend) {
   GroupLeaderOptions lo;
   lo.heartbeat_interval = g.HeartbeatInterval();
   lo.name_grace = g.collective_timeout;
   GroupLeader leader(group->control.get(), group->data(), model, health, lo);
   TargetRunner runner(&leader, options);
+  identity.verify_cost = StartupProfile(&runner, model_dir, backend, identity.tp_size);
   std::unique_ptr<Periodic> sweeper = StartLeaseSweeper(&runner);
   WorkerService inner(&runner, std::move(identity));
   GroupGatedWorkerService service(&inner, health);
@@ -276,7 +327,7 @@ int TensorParallel(const std::string& model_dir, Backend* backend, const ModelCo
     return Follow(group->get(), model->get(), rank, g.size, &follower_done);
   }
   return Lead(group->get(), g, model->get(), &health, options,
-              Identity(model_dir, mc, backend, g.size));
+              Identity(model_dir, mc, backend, g.size), model_dir, backend);
 }
 
 int Main() {

@@ -88,6 +88,7 @@ grpc::Status WorkerService::GetWorkerInfo(grpc::ServerContext*, const v1::GetWor
                                         identity_.eos_token_ids.end());
   resp->set_tp_size(identity_.tp_size);
   resp->set_device(identity_.device);
+  *resp->mutable_verify_cost() = identity_.verify_cost;
   return grpc::Status::OK;
 }
 

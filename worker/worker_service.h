@@ -14,6 +14,7 @@ struct WorkerIdentity {
   std::string device;
   int tp_size = 1;
   std::vector<int32_t> eos_token_ids;
+  v1::VerifyCostProfile verify_cost;  // start-up profile (unset source: none)
 };
 
 class WorkerService final : public v1::Worker::Service {

@@ -62,6 +62,16 @@ absl::StatusOr<std::vector<std::pair<F, double>>> RunGrid(const Fn& step,
   return out;
 }
 
+// The JSON of a LinearTimeModel whose coefficients and prior are `theta`.
+nlohmann::json ModelJson(const std::vector<std::string>& names, const std::vector<double>& theta) {
+  nlohmann::json j;
+  j["features"] = names;
+  j["coefficients"] = theta;
+  j["prior"] = theta;
+  j["residual_scale"] = 0.0;
+  return j;
+}
+
 }  // namespace
 
 // ---- VerifyCostModel ----
@@ -95,6 +105,21 @@ absl::StatusOr<VerifyCostModel> VerifyCostModel::FitProfile(
     }
   }
   return *std::move(best);
+}
+
+absl::StatusOr<VerifyCostModel> VerifyCostModel::FromCoefficients(
+    const Coefficients& c, LinearTimeModelOptions options) {
+  if (c.knee_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("knee_tokens must be >= 0, got ", c.knee_tokens));
+  }
+  VerifyCostModel m(options, c.knee_tokens);
+  const std::vector<double> theta = {c.per_step, c.per_sequence, c.per_token,
+                                     c.per_context_token,
+                                     c.knee_tokens > 0 ? c.per_token_past_knee : 0.0};
+  TS_ASSIGN_OR_RETURN(m.model_, LinearTimeModel::FromJson(ModelJson(VerifyFeatureNames(), theta),
+                                                          VerifyFeatureNames(), options));
+  return m;
 }
 
 double VerifyCostModel::Predict(const VerifyStepFeatures& f) const {
@@ -146,6 +171,15 @@ absl::StatusOr<DraftCostModel> DraftCostModel::FitProfile(const std::vector<Draf
     rows.push_back({Features(s.features), s.seconds});
   }
   TS_RETURN_IF_ERROR(m.model_.Fit(rows));
+  return m;
+}
+
+absl::StatusOr<DraftCostModel> DraftCostModel::FromCoefficients(
+    const Coefficients& c, LinearTimeModelOptions options) {
+  DraftCostModel m(options);
+  const std::vector<double> theta = {c.per_call, c.per_level, c.per_sequence_level, c.per_node};
+  TS_ASSIGN_OR_RETURN(m.model_, LinearTimeModel::FromJson(ModelJson(DraftFeatureNames(), theta),
+                                                          DraftFeatureNames(), options));
   return m;
 }
 

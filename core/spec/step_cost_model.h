@@ -75,6 +75,12 @@ class VerifyCostModel {
   // Predicts min_seconds until fitted. knee_tokens <= 0 means no hinge.
   explicit VerifyCostModel(LinearTimeModelOptions options = {}, int64_t knee_tokens = 0);
 
+  // A model whose coefficients and prior are `c` (e.g. a profile received
+  // over RPC). INVALID_ARGUMENT naming the coefficient when one is negative
+  // or not finite.
+  static absl::StatusOr<VerifyCostModel> FromCoefficients(const Coefficients& c,
+                                                          LinearTimeModelOptions options = {});
+
   // Fits the profile, choosing the knee among the profiled tree_tokens values
   // (and none) by least robust residual. INVALID_ARGUMENT for too few or bad samples.
   static absl::StatusOr<VerifyCostModel> FitProfile(const std::vector<VerifySample>& samples,
@@ -106,6 +112,9 @@ class DraftCostModel {
   };
 
   explicit DraftCostModel(LinearTimeModelOptions options = {});
+  // As VerifyCostModel::FromCoefficients.
+  static absl::StatusOr<DraftCostModel> FromCoefficients(const Coefficients& c,
+                                                         LinearTimeModelOptions options = {});
   static absl::StatusOr<DraftCostModel> FitProfile(const std::vector<DraftSample>& samples,
                                                    LinearTimeModelOptions options = {});
 

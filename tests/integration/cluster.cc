@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iostream>
 #include <latch>
 
 #include "absl/strings/match.h"
@@ -18,10 +19,13 @@
 #include "absl/strings/str_join.h"
 #include "core/model/config.h"
 #include "core/util/status_macros.h"
+#include "drafter_service/draft_profiler.h"
+#include "rpc/cost_profile.h"
 #include "gtest/gtest.h"
 #include "rpc/server.h"
 #include "tests/testing/test_util.h"
 #include "tools/cli/local_model.h"
+#include "worker/verify_profiler.h"
 
 namespace treespec::testing {
 namespace {
@@ -91,6 +95,17 @@ absl::StatusOr<std::unique_ptr<InProcessWorker>> InProcessWorker::Start(
   id.model = config.model;
   id.device = w->backend_->name();
   for (int64_t e : mc.eos_token_ids) id.eos_token_ids.push_back(static_cast<int32_t>(e));
+  if (config.startup_profile) {
+    TargetRunner* runner = w->runner_.get();
+    auto measure = [runner]() -> absl::StatusOr<StepCostModel> {
+      StepCostModel m;
+      TS_ASSIGN_OR_RETURN(m.verify, MeasureVerifyCost(runner, VerifyProfileOptions()));
+      return m;
+    };
+    TS_ASSIGN_OR_RETURN(LoadedProfile p,
+                        LoadOrMeasureProfile("", config.model, id.device, measure, std::cerr));
+    ToProto(p, &id.verify_cost);
+  }
   w->service_ = std::make_unique<WorkerService>(w->runner_.get(), id);
   TS_ASSIGN_OR_RETURN(RunningServer server, StartServer("127.0.0.1:0", {w->service_.get()}));
   w->server_ = std::move(server.server);
@@ -120,6 +135,20 @@ absl::StatusOr<std::unique_ptr<InProcessDrafter>> InProcessDrafter::Start(
   d->backend_ = CreateCpuBackend();
   TS_ASSIGN_OR_RETURN(d->drafter_, CreateDrafter(options, d->backend_.get()));
   d->service_ = std::make_unique<DrafterService>(d->drafter_.get(), config.model);
+  if (config.startup_profile) {
+    Drafter* drafter = d->drafter_.get();
+    auto measure = [&]() -> absl::StatusOr<StepCostModel> {
+      StepCostModel m;
+      TS_ASSIGN_OR_RETURN(m.draft, MeasureDraftCost(drafter, config.max_sequences,
+                                                    config.max_tree_nodes, DraftProfileOptions()));
+      return m;
+    };
+    TS_ASSIGN_OR_RETURN(LoadedProfile p,
+                        LoadOrMeasureProfile("", config.model, "cpu", measure, std::cerr));
+    v1::DraftCostProfile proto;
+    ToProto(p, &proto);
+    d->service_->SetStartupProfile(std::move(proto), drafter->Stats());
+  }
   TS_ASSIGN_OR_RETURN(RunningServer server, StartServer("127.0.0.1:0", {d->service_.get()}));
   d->server_ = std::move(server.server);
   d->address_ = server.address;
@@ -295,10 +324,13 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(ClusterConfig config) {
     return absl::OkStatus();
   };
   const int64_t n = config.drafter_max_sequences;
-  TS_RETURN_IF_ERROR(add(config.mamba, "mamba", {"mamba", kMambaModel, n}));
-  TS_RETURN_IF_ERROR(add(config.self, "self", {"transformer", config.worker.model, n}));
-  TS_RETURN_IF_ERROR(add(config.garbage, "garbage", {"transformer", kGarbageModel, n}));
-  TS_RETURN_IF_ERROR(add(config.ngram, "ngram", {"ngram", config.worker.model, n}));
+  const bool prof = config.drafter_startup_profile;
+  TS_RETURN_IF_ERROR(add(config.mamba, "mamba", {"mamba", kMambaModel, n, 64, 512, prof}));
+  TS_RETURN_IF_ERROR(
+      add(config.self, "self", {"transformer", config.worker.model, n, 64, 512, prof}));
+  TS_RETURN_IF_ERROR(
+      add(config.garbage, "garbage", {"transformer", kGarbageModel, n, 64, 512, prof}));
+  TS_RETURN_IF_ERROR(add(config.ngram, "ngram", {"ngram", config.worker.model, n, 64, 512, prof}));
   TS_ASSIGN_OR_RETURN(c->coordinator_, InProcessCoordinator::Start(std::move(cc)));
   c->stub_ = c->coordinator_->NewStub();
   return c;

@@ -66,6 +66,9 @@ struct WorkerConfig {
   int64_t kv_block_size = 16;
   // The fixture target has 256 positions.
   TargetRunnerOptions runner{.max_context = 256};
+  // Profile the verify step before serving (no cache) and report it in
+  // WorkerInfo.verify_cost, as treespec-worker does by default.
+  bool startup_profile = false;
 };
 
 class InProcessWorker {
@@ -97,6 +100,9 @@ struct DrafterConfig {
   int64_t max_sequences = 32;
   int64_t max_tree_nodes = 64;
   int64_t max_context = 512;
+  // Profile the Draft call before serving (no cache) and report it in
+  // DrafterInfo.draft_cost, as treespec-drafter does by default.
+  bool startup_profile = false;
 };
 
 class InProcessDrafter {
@@ -220,6 +226,7 @@ struct ClusterConfig {
   bool garbage = true;
   bool ngram = true;  // "ngram": the model-free n-gram drafter (vocabulary of worker.model)
   int64_t drafter_max_sequences = 32;  // of each drafter
+  bool drafter_startup_profile = false;  // DrafterConfig::startup_profile of each drafter
   CoordinatorOptions coordinator;      // default_drafter "none" unless set
   std::chrono::milliseconds verify_delay{0};
   std::string tokenizer;  // see CoordinatorConfig

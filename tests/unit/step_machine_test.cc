@@ -186,6 +186,30 @@ TEST_F(StepMachineTest, CancelledWhileOpeningIsKeptUntilTheOpenReturns) {
   EXPECT_TRUE(ids.empty()) << "no token after the cancel";
 }
 
+TEST(StepMachineProfileTest, StartUpProfilesBecomeThePlannersPriors) {
+  VerifyCostModel::Coefficients v;
+  v.per_step = 2e-3;
+  v.per_token = 5e-5;
+  v.per_sequence = 1e-4;
+  DraftCostModel::Coefficients d{3e-4, 2e-4, 1e-4, 1e-6};
+  StepMachineOptions o;
+  o.next_sequence_id = [] { return uint64_t{1}; };
+  o.verify_profile = *VerifyCostModel::FromCoefficients(v);
+  o.draft_profile = *DraftCostModel::FromCoefficients(d);
+  StepMachine m(o);
+  EXPECT_TRUE(m.planner().Ready()) << "a profiled lane plans from its first step";
+  EXPECT_DOUBLE_EQ(m.planner().verify().coefficients().per_step, 2e-3);
+  EXPECT_DOUBLE_EQ(m.planner().verify().coefficients().per_token, 5e-5);
+  EXPECT_DOUBLE_EQ(m.planner().verify().Predict({4, 20, 0}), 2e-3 + 4 * 1e-4 + 20 * 5e-5);
+  EXPECT_DOUBLE_EQ(m.planner().draft().coefficients().per_call, 3e-4);
+  EXPECT_DOUBLE_EQ(m.planner().draft().Predict({3, 6, 6}), 3e-4 + 3 * 2e-4 + 6 * 1e-4 + 6e-6);
+
+  // Without profiles the planner waits for the first measured step.
+  StepMachineOptions plain;
+  plain.next_sequence_id = [] { return uint64_t{1}; };
+  EXPECT_FALSE(StepMachine(plain).planner().Ready());
+}
+
 TEST(ValidateDraftedTreeTest, NamesTheFirstDefect) {
   v1::TokenTree t;
   for (int tok : {5, 6, 7}) t.add_tokens(tok);
