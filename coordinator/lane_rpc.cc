@@ -163,6 +163,8 @@ absl::StatusOr<std::vector<DraftReply>> LaneRpc::Draft(const std::vector<DraftIt
     r.tree_status = ValidateDraftedTree(dr->tree(), options_.vocab_size, options_.max_tree_nodes);
     r.num_nodes = dr->tree().tokens_size();
     r.root = r.num_nodes > 0 ? dr->tree().tokens(0) : -1;
+    r.predraft_hit = dr->predraft_hit();
+    r.answer_ns = dr->answer_ns();
     if (r.tree_status.ok()) {
       r.parents.assign(dr->tree().parents().begin(), dr->tree().parents().end());
       payloads_[items[i].id].Swap(dr->mutable_tree());

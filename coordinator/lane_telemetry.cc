@@ -63,6 +63,12 @@ void SeqTelemetry::OnDraft(const std::string& tree, int64_t nodes) {
   }
 }
 
+void SeqTelemetry::OnPredraft(bool hit, double saved_seconds) {
+  if (t_ == nullptr) return;
+  t_->predraft_steps->WithLabels({drafter_, hit ? "hit" : "miss"})->Inc();
+  if (hit) t_->predraft_saved_seconds->WithLabels({drafter_})->Observe(saved_seconds);
+}
+
 void SeqTelemetry::OnFallback() {
   if (t_ == nullptr) return;
   switch (draft_state_) {

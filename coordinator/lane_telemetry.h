@@ -39,6 +39,9 @@ class SeqTelemetry {
   void Admit(CoordinatorTelemetry* t, const RequestState& req, Clock::time_point admitted);
   // This step's draft request returned a tree of `nodes` nodes (root included).
   void OnDraft(const std::string& tree, int64_t nodes);
+  // This step's tree was (`hit`) or was not pre-drafted; `saved_seconds`:
+  // the estimated drafting time a hit saved.
+  void OnPredraft(bool hit, double saved_seconds);
   // This step is verified root-only although the request asked for a drafter.
   // Without `reason`, it is inferred from the draft RPC and OnDraft calls.
   void OnFallback();

@@ -85,6 +85,8 @@ void SeqOutput::Final(FinishReason finish, const SpecTotals& totals, const Times
     sp->set_planned_committed_tokens(static_cast<double>(totals.planned_committed) /
                                      totals.planned_steps);
   }
+  sp->set_predraft_hits(totals.predraft_hits);
+  sp->set_predraft_saved_ms(totals.predraft_saved_seconds * 1e3);
   last.set_seed(g.seed);
   req_->Push(std::move(last));
 }

@@ -335,8 +335,15 @@ void StepMachine::ApplyDrafts(const absl::StatusOr<std::vector<DraftReply>>& rep
         step_draft_.levels = std::max<int64_t>(step_draft_.levels, deepest);
         step_draft_.seq_levels += deepest;
         step_draft_.nodes += r.num_nodes - 1;
+        if (r.predraft_hit) {
+          // What drafting this tree alone would have cost, less the answer's time.
+          const double alone = planner_->draft().Predict({deepest, deepest, r.num_nodes - 1});
+          s->rec.predraft_saved_seconds = std::max(0.0, alone - r.answer_ns * 1e-9);
+        }
       }
+      s->rec.predraft_hit = r.predraft_hit;
       s->tel.OnDraft(s->rec.tree, r.num_nodes);
+      s->tel.OnPredraft(r.predraft_hit, s->rec.predraft_saved_seconds);
     }
   }
   drafting_.clear();

@@ -113,6 +113,8 @@ struct DraftReply {
   int64_t num_nodes = 0;
   int32_t root = -1;
   std::vector<int32_t> parents;  // the tree's structure, for the acceptance model
+  bool predraft_hit = false;     // answered from a tree pre-drafted during the last verify
+  int64_t answer_ns = 0;         // the drafter's time to answer this sequence
 };
 struct VerifyItem {
   uint64_t id = 0;

@@ -38,6 +38,8 @@ void SpecTotals::Add(const StepRecord& r) {
     drafted += static_cast<int32_t>(r.nodes - 1);
     accepted += r.accepted;
     last_tree = r.tree;
+    predraft_hits += r.predraft_hit;
+    predraft_saved_seconds += r.predraft_saved_seconds;
   }
   if (r.draft != DraftVerdict::kDrafted) plain_steps += 1;
   if (r.planned) {

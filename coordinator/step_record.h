@@ -44,6 +44,8 @@ struct StepRecord {
   int32_t committed = 0;               // tokens committed (accepted + bonus)
   bool planned = false;                // "auto": the planner chose this step's tree (or none)
   double expected_tokens = 0.0;        // planned: predicted tokens of the step (1 + E[accepted])
+  bool predraft_hit = false;           // drafted: the tree was pre-drafted (DraftReply)
+  double predraft_saved_seconds = 0.0; // drafted hit: estimated drafting time saved
 };
 
 // A request's speculative totals, summed from its StepRecords.
@@ -58,6 +60,8 @@ struct SpecTotals {
   int32_t planned_steps = 0;       // steps whose tree the planner chose
   double planned_expected = 0.0;   // Σ predicted tokens over planned steps
   int32_t planned_committed = 0;   // Σ committed tokens over planned steps
+  int32_t predraft_hits = 0;       // drafted steps answered from a pre-drafted tree
+  double predraft_saved_seconds = 0.0;
 
   void Add(const StepRecord& r);
   double mean_accepted_length() const {

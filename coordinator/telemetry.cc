@@ -78,6 +78,15 @@ CoordinatorTelemetry::CoordinatorTelemetry(MetricsRegistry* r, Tracer* tracer, S
           "treespec_spec_planned_committed_tokens",
           "Tokens per planned sequence-step committed (compare with the expected histogram)",
           TokenCountBuckets(), {"drafter"})),
+      predraft_steps(r->AddCounter("treespec_spec_predraft_steps_total",
+                                   "Drafted sequence-steps whose tree the drafter had pre-drafted "
+                                   "during the previous verify (hit) or not (miss)",
+                                   {"drafter", "outcome"})),
+      predraft_saved_seconds(r->AddHistogram(
+          "treespec_spec_predraft_saved_seconds",
+          "Per pre-draft hit, the estimated drafting time saved (the lane's draft cost model's "
+          "time for the tree alone minus the drafter's answer time)",
+          StepBuckets(), {"drafter"})),
       lane_rpc_seconds(r->AddHistogram("treespec_lane_rpc_seconds",
                                        "Batched RPC time seen by a lane (prefill, drafter_open, "
                                        "draft, verify)",

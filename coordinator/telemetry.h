@@ -116,6 +116,11 @@ class CoordinatorTelemetry {
   HistogramFamily* const planned_tree_nodes;
   HistogramFamily* const planned_expected_tokens;
   HistogramFamily* const planned_committed_tokens;
+  // Pre-drafting, per drafter: drafted sequence-steps whose tree the drafter
+  // had ready (outcome "hit") or not ("miss"), and per hit the estimated
+  // drafting time saved (its _sum is the total).
+  CounterFamily* const predraft_steps;
+  HistogramFamily* const predraft_saved_seconds;
   HistogramFamily* const lane_rpc_seconds;
   HistogramFamily* const lane_batch_size;
 

@@ -169,5 +169,22 @@ TEST_F(LaneTelemetryTest, FallbackReasonsAndAcceptedByDepth) {
   EXPECT_TRUE(has("treespec_lane_batch_size_count{rpc=\"draft\"} 2"));
 }
 
+TEST_F(LaneTelemetryTest, PredraftHitsMissesAndTimeSaved) {
+  Start(StepTracing::kOff);
+  FakeSeq* s = Add(false);
+  s->tel.OnPredraft(true, 0.002);
+  s->tel.OnPredraft(true, 0.003);
+  s->tel.OnPredraft(false, 0.0);
+  const std::string text = registry_.Render();
+  auto has = [&](const std::string& line) {
+    return text.find(line + "\n") != std::string::npos;
+  };
+  EXPECT_TRUE(has("treespec_spec_predraft_steps_total{drafter=\"mamba\",outcome=\"hit\"} 2"))
+      << text;
+  EXPECT_TRUE(has("treespec_spec_predraft_steps_total{drafter=\"mamba\",outcome=\"miss\"} 1"));
+  EXPECT_TRUE(has("treespec_spec_predraft_saved_seconds_count{drafter=\"mamba\"} 2"));
+  EXPECT_TRUE(has("treespec_spec_predraft_saved_seconds_sum{drafter=\"mamba\"} 0.005")) << text;
+}
+
 }  // namespace
 }  // namespace treespec

@@ -210,6 +210,42 @@ TEST(StepMachineProfileTest, StartUpProfilesBecomeThePlannersPriors) {
   EXPECT_FALSE(StepMachine(plain).planner().Ready());
 }
 
+TEST(StepMachinePredraftTest, HitsAndTimeSavedReachTheFinalStats) {
+  StepMachineOptions o;
+  o.next_sequence_id = [] { return uint64_t{10}; };
+  // Drafting costs 1 ms per call + 1 ms per sequence-level.
+  o.draft_profile = *DraftCostModel::FromCoefficients({1e-3, 0.0, 1e-3, 0.0});
+  StepMachine m(o);
+  GenerationRequest g;
+  g.prompt = {1};
+  g.max_tokens = 6;
+  g.drafter = "d";
+  g.tree = *TreeShape::Parse("chain:2");
+  auto r = std::make_shared<RequestState>(g, Clock::now(), std::nullopt);
+  m.Admit({r}, Clock::now(), true);
+  m.OnWorkerOpened({10}, std::vector<WorkerOpenReply>{{absl::OkStatus(), 2}}, Clock::now());
+  m.OnDrafterOpened({10}, std::vector<absl::Status>{absl::OkStatus()}, Clock::now());
+  auto step = [&](int32_t root, bool hit, int64_t answer_ns, std::vector<int32_t> commit) {
+    ASSERT_EQ(m.PlanDrafts().size(), 1u);
+    DraftReply d{absl::OkStatus(), absl::OkStatus(), 3, root, {-1, 0, 1}, hit, answer_ns};
+    m.ApplyDrafts(std::vector<DraftReply>{d});
+    ASSERT_TRUE(m.PlanVerify()[0].drafted);
+    m.ApplyVerify(std::vector<VerifyReply>{{absl::OkStatus(), commit, 0}});
+  };
+  step(2, true, 500000, {3});   // hit: 3 ms alone − 0.5 ms = 2.5 ms saved
+  step(3, false, 3000000, {4});  // miss
+  step(4, true, 4000000, {5, 6, 7});  // hit answered slower than predicted: nothing saved
+  v1::GenerateResponse c, last;
+  bool done = false;
+  absl::Status st;
+  while (r->Pop(absl::ZeroDuration(), &c, &done, &st)) last = c;
+  ASSERT_TRUE(done);
+  const v1::SpeculationStats& s = last.speculation();
+  EXPECT_EQ(s.steps(), 3) << s.ShortDebugString();
+  EXPECT_EQ(s.predraft_hits(), 2) << s.ShortDebugString();
+  EXPECT_NEAR(s.predraft_saved_ms(), 2.5, 1e-9) << s.ShortDebugString();
+}
+
 TEST(ValidateDraftedTreeTest, NamesTheFirstDefect) {
   v1::TokenTree t;
   for (int tok : {5, 6, 7}) t.add_tokens(tok);
