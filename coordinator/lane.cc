@@ -239,7 +239,10 @@ void Lane::Step() {
   machine_.ApplyVerify(r);
   const LaneRpc::Timing t = rpc_.TakeTiming();
   const int64_t draft_ns = t.drafter_reported_ns > 0 ? t.drafter_reported_ns : t.draft_ns;
-  if (r.ok()) machine_.OnStepTimes(draft_ns * 1e-9, t.worker_forward_ns * 1e-9, t.verify_ns * 1e-9);
+  if (r.ok()) {
+    machine_.OnStepTimes(draft_ns * 1e-9, t.worker_forward_ns * 1e-9, t.verify_ns * 1e-9,
+                         (t.draft_ns + t.verify_ns) * 1e-9);
+  }
   absl::MutexLock lock(&mu_);
   stats_.steps += 1;
   stats_.draft_ns += t.draft_ns;

@@ -92,9 +92,15 @@ absl::StatusOr<ShapePlan> SpecPlanner::Plan(absl::Span<const PlanSequence> batch
     return p;
   }
   absl::StatusOr<ShapePlan> plan = PlanShapes(batch, options_.candidates, a, verify_, draft_, o);
-  if (!plan.ok() || !plan->call_drafter) return plan;
-  if (plan->tokens_per_second() >= options_.min_gain * plan->plain_tokens_per_second()) return plan;
-  // Not worth it: plain decoding, except for sequences that named a shape.
+  if (!plan.ok()) return plan;
+  const bool pays = plan->call_drafter && plan->tokens_per_second() >=
+                                              options_.min_gain * plan->plain_tokens_per_second();
+  if (!pays || CheckSaysPlain(true)) MakePlain(batch, &*plan);
+  return plan;
+}
+
+// Plain decoding, except for sequences that named a shape.
+void SpecPlanner::MakePlain(absl::Span<const PlanSequence> batch, ShapePlan* plan) {
   plan->call_drafter = false;
   for (size_t i = 0; i < batch.size(); ++i) {
     if (batch[i].fixed_shape.has_value() && batch[i].can_draft) {
@@ -104,7 +110,26 @@ absl::StatusOr<ShapePlan> SpecPlanner::Plan(absl::Span<const PlanSequence> batch
     plan->shapes[i].reset();
     plan->expected_tokens[i] = 1.0;
   }
-  return plan;
+}
+
+bool SpecPlanner::CheckSaysPlain(bool plan_speculates) {
+  if (options_.check_every <= 0 || !plan_speculates) return false;
+  ++planned_;
+  const bool check_step = planned_ % options_.check_every == 0;
+  // No plain step measured yet: take one now and then to learn its rate.
+  if (realized_[0] == 0.0) return check_step;
+  if (realized_[1] == 0.0) return false;
+  const bool plain_better = realized_[1] < realized_[0];
+  return check_step ? !plain_better : plain_better;
+}
+
+void SpecPlanner::ObserveStepRate(int64_t batch, int64_t committed, double wall_seconds,
+                                  bool speculated) {
+  if (batch < 1 || committed < 1 || !(wall_seconds > 0) || !ready_) return;
+  const double plain_seconds = verify_.Predict({batch, batch, 0}) + overhead_;
+  const double ratio = (committed / wall_seconds) / (batch / plain_seconds);
+  double& r = realized_[speculated ? 1 : 0];
+  r = r == 0.0 ? ratio : options_.check_decay * r + (1 - options_.check_decay) * ratio;
 }
 
 void SpecPlanner::ObserveTrees(absl::Span<const TokenTree> trees,

@@ -34,6 +34,21 @@
 // per lane); from then on the planner decides, and a drafter whose drafts are
 // never accepted stops being called.
 //
+// The measured check. The models can be wrong in ways their own refits do
+// not see: on a CPU shared with the drafter (its pre-drafting runs during
+// the verify pass) or with other processes, a speculative step can take
+// longer than the sum of its modelled parts, and acceptance estimates lag.
+// So the lane also compares what it gets: per planned step, the realized
+// rate committed tokens / step wall time, divided by the modelled plain rate
+// B / T̂_plain(B) of the same batch (the division makes steps of different
+// batch sizes comparable and cancels the plain model's own error), as an
+// EMA for steps that speculated and for steps that did not. When both are
+// known and speculation's is lower, the plan is turned into plain decoding;
+// every `check_every` planned steps the other arm is taken once so neither
+// estimate goes stale (a two-armed bandit on measured rates, with a fixed
+// exploration share of 1/check_every). Its cost is bounded by that share:
+// at most 1 step in check_every runs the worse arm.
+//
 // The UCB bandit's role is the exploration bonus on shape-level acceptance
 // (PlannerOptions::explore): a drafter that looks useless is retried now and
 // then as its discounted counts decay.
@@ -70,6 +85,11 @@ struct SpecPlannerOptions {
   // extrapolates to a large batch as a big constant that favours deep trees.
   // A start-up profile that varies context on its own can identify it.
   TreeShape probe = *TreeShape::FromFanouts({1, 1, 1});  // chain:3
+  // The measured check (see the header comment): every `check_every`
+  // planned steps the other arm (speculate / plain) is taken once, so both
+  // realized rates stay current. 0: no check.
+  int check_every = 16;
+  double check_decay = 0.8;  // EMA weight of the old realized rate
 };
 
 class SpecPlanner {
@@ -94,6 +114,14 @@ class SpecPlanner {
   // difference is this step's coordinator + RPC overhead).
   void ObserveVerify(const VerifyStepFeatures& f, double forward_seconds, double rpc_seconds);
   void ObserveDraft(const DraftStepFeatures& f, double seconds);
+  // One planned step as measured: `batch` sequences committed `committed`
+  // tokens in `wall_seconds` (draft + verify RPCs); `speculated`: some
+  // sequence verified a drafted tree.
+  void ObserveStepRate(int64_t batch, int64_t committed, double wall_seconds, bool speculated);
+  // Realized rate over the modelled plain rate, speculative and plain steps
+  // (0: none measured yet).
+  double realized_spec_ratio() const { return realized_[1]; }
+  double realized_plain_ratio() const { return realized_[0]; }
 
   const VerifyCostModel& verify() const { return verify_; }
   const DraftCostModel& draft() const { return draft_; }
@@ -101,6 +129,10 @@ class SpecPlanner {
 
  private:
   void SeedPrior(const VerifyStepFeatures& f, double seconds);
+  // Whether the measured check turns this step's speculative plan plain (or,
+  // on a check step, a plain plan speculative).
+  bool CheckSaysPlain(bool plan_speculates);
+  static void MakePlain(absl::Span<const PlanSequence> batch, ShapePlan* plan);
 
   SpecPlannerOptions options_;
   AcceptanceModel greedy_, sampling_;
@@ -110,6 +142,8 @@ class SpecPlanner {
   bool has_draft_prior_ = false;
   int probes_ = 0;  // probe steps planned
   double overhead_ = 0.0;  // EMA of verify RPC wall − forward time
+  double realized_[2] = {0.0, 0.0};  // [speculated]: EMA of realized / modelled plain rate
+  int64_t planned_ = 0;              // planned steps after the probes
 };
 
 }  // namespace treespec

@@ -250,11 +250,17 @@ void StepMachine::PlanAuto() {
 }
 
 void StepMachine::OnStepTimes(double draft_seconds, double forward_seconds,
-                              double verify_rpc_seconds) {
+                              double verify_rpc_seconds, double step_seconds) {
   if (draft_seconds > 0 && step_draft_.levels > 0) planner_->ObserveDraft(step_draft_, draft_seconds);
   if (step_verify_.batch > 0) {
     planner_->ObserveVerify(step_verify_, forward_seconds, verify_rpc_seconds);
+    if (step_planned_) {
+      planner_->ObserveStepRate(step_verify_.batch, step_committed_, step_seconds,
+                                step_verify_.tree_tokens > step_verify_.batch);
+    }
   }
+  step_committed_ = 0;
+  step_planned_ = false;
   step_verify_ = {};
   step_draft_ = {};
 }
@@ -353,6 +359,8 @@ std::vector<VerifyItem> StepMachine::PlanVerify() {
   std::vector<VerifyItem> items;
   verifying_.clear();
   step_verify_ = {};
+  step_committed_ = 0;
+  step_planned_ = false;
   for (auto& s : seqs_) {
     if (!Stepping(*s)) continue;
     const bool drafted = s->rec.draft == DraftVerdict::kDrafted;
@@ -362,6 +370,7 @@ std::vector<VerifyItem> StepMachine::PlanVerify() {
     items.push_back({s->id, s->worker_step, s->tokens.back(), drafted,
                      s->req->request().mode, &s->tel});
     verifying_.push_back(s->id);
+    step_planned_ |= s->rec.planned;
     step_verify_.batch += 1;
     step_verify_.tree_tokens += s->rec.nodes;
     step_verify_.context_tokens += static_cast<int64_t>(s->tokens.size());
@@ -412,6 +421,7 @@ void StepMachine::Commit(Seq* s, const VerifyReply& r) {
   StepRecord& rec = s->rec;
   s->worker_step += 1;
   rec.committed = static_cast<int32_t>(r.tokens.size());
+  step_committed_ += rec.committed;
   const bool drafted = rec.draft == DraftVerdict::kDrafted;
   if (drafted) {
     rec.accepted = r.num_accepted;

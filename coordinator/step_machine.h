@@ -167,8 +167,10 @@ class StepMachine {
   void ApplyVerify(const absl::StatusOr<std::vector<VerifyReply>>& replies);
   // Measured times of the step just applied: the Draft call (the drafter's
   // reported time, else the RPC's; 0 when not called), the worker's forward
-  // pass and the Verify RPC's wall time. Feeds the planner's cost models.
-  void OnStepTimes(double draft_seconds, double forward_seconds, double verify_rpc_seconds);
+  // pass, the Verify RPC's wall time and the step's wall time (both RPCs).
+  // Feeds the planner's cost models and its measured check.
+  void OnStepTimes(double draft_seconds, double forward_seconds, double verify_rpc_seconds,
+                   double step_seconds);
   const SpecPlanner& planner() const { return *planner_; }
   // Telemetry of the planned items' sequences (for BatchRpcTrace).
   std::vector<SeqTelemetry*> Telemetry(const std::vector<uint64_t>& ids);
@@ -202,6 +204,8 @@ class StepMachine {
   std::unique_ptr<SpecPlanner> planner_;
   VerifyStepFeatures step_verify_;  // the step in flight, for the cost models
   DraftStepFeatures step_draft_;
+  int64_t step_committed_ = 0;  // tokens committed by the step in flight
+  bool step_planned_ = false;   // some sequence of it was planned by "auto"
 };
 
 }  // namespace treespec

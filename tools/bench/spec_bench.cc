@@ -12,7 +12,8 @@
 //   build/bin/spec_bench [--target models/demo/target]
 //       [--drafters mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter]
 //       (a useless drafter: useless:transformer=build/useless-drafter, written by
-//       tools/models/randomize_weights.py)
+//       tools/models/randomize_weights.py; extra drafter flags after '|', e.g.
+//       nopre:mamba=models/demo/mamba-drafter|--predraft=0)
 //       [--trees "auto;chain:4;3,2,2,1,1"] [--max_tokens 128] [--requests_per_client 2]
 //       [--concurrency 1,4,16,64] [--rounds 3]
 #include <signal.h>
@@ -33,7 +34,8 @@
 
 ABSL_FLAG(std::string, target, "models/demo/target", "Target model directory");
 ABSL_FLAG(std::string, drafters, "mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter",
-          "[NAME:]KIND=DIR[,...] (NAME defaults to KIND)");
+          "[NAME:]KIND=DIR[|--flag=value ...][,...] (NAME defaults to KIND; flags after '|' "
+          "go to that treespec-drafter)");
 ABSL_FLAG(std::string, trees, "auto;chain:4;3,2,2,1,1",
           "';'-separated tree shapes of the speculative runs (auto: planned per step)");
 ABSL_FLAG(std::string, concurrency, "1,4,16,64", "Concurrent clients per run");
@@ -176,12 +178,20 @@ int Main() {
   std::vector<DrafterSpec> drafters;
   std::vector<std::string> names;
   for (absl::string_view kd : absl::StrSplit(absl::GetFlag(FLAGS_drafters), ',', absl::SkipEmpty())) {
-    std::vector<std::string> p = absl::StrSplit(kd, absl::MaxSplits('=', 1));
+    // NAME:KIND=DIR[|--flag=value ...]: extra treespec-drafter flags after '|'.
+    std::vector<std::string> fl = absl::StrSplit(kd, absl::MaxSplits('|', 1));
+    std::vector<std::string> p = absl::StrSplit(fl[0], absl::MaxSplits('=', 1));
     std::vector<std::string> nk = absl::StrSplit(p[0], absl::MaxSplits(':', 1));
     if (nk.size() == 2) p[0] = nk[1];
     const std::string name = nk[0];
-    Child d = Spawn({bin + "/treespec-drafter", "--kind", p[0], "--model", p[1], "--listen",
-                     "127.0.0.1:0", "--device", device});
+    std::vector<std::string> args = {bin + "/treespec-drafter", "--kind", p[0], "--model", p[1],
+                                     "--listen", "127.0.0.1:0", "--device", device};
+    if (fl.size() == 2) {
+      for (absl::string_view f : absl::StrSplit(fl[1], ' ', absl::SkipEmpty())) {
+        args.emplace_back(f);
+      }
+    }
+    Child d = Spawn(args);
     if (d.address.empty()) {
       std::fprintf(stderr, "drafter %s did not start\n", p[0].c_str());
       for (Child& c : children) Kill(c);
