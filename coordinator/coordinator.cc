@@ -141,6 +141,7 @@ absl::Status Coordinator::Start() {
           "drafter ", d->name, " at ", d->client->address(), " has a vocabulary of ",
           info->vocab_size(), " but the target has ", ctx_.vocab_size));
     }
+    d->SetInfo(info->kind(), {info->feature_layers().begin(), info->feature_layers().end()});
   }
   prober_ = std::thread([this] { ProbeLoop(); });
   return absl::OkStatus();
@@ -164,7 +165,9 @@ void Coordinator::ProbeLoop() {
     }
     for (auto& d : drafters_) {
       if (d->health.healthy() || !d->health.MayTry(now)) continue;
-      if (d->client->Info(kProbeTimeout).ok()) {
+      absl::StatusOr<v1::DrafterInfoResponse> info = d->client->Info(kProbeTimeout);
+      if (info.ok()) {
+        d->SetInfo(info->kind(), {info->feature_layers().begin(), info->feature_layers().end()});
         d->health.MarkHealthy();
       } else {
         d->health.MarkFailed(Clock::now());
@@ -241,6 +244,7 @@ v1::ModelInfo Coordinator::ModelInfo() const {
     seen.insert(d->name);
     v1::DrafterInfo* di = info.add_drafters();
     di->set_name(d->name);
+    di->set_kind(d->kind());
     bool healthy = false;
     for (const auto& e : drafters_) healthy |= e->name == d->name && e->health.healthy();
     di->set_healthy(healthy);

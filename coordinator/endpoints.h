@@ -7,6 +7,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -44,6 +45,29 @@ struct DrafterEndpoint {
   std::string name;  // drafter name (several replicas may share it)
   std::unique_ptr<DrafterClient> client;
   EndpointHealth health;
+
+  // The target layers whose features the drafter reads (its
+  // DrafterInfoResponse.feature_layers; empty: none or not known yet).
+  std::vector<int32_t> feature_layers() const {
+    absl::MutexLock lock(&mu);
+    return feature_layers_;
+  }
+  // Its kind ("mamba", "eagle", ...; empty until it answered an Info call).
+  std::string kind() const {
+    absl::MutexLock lock(&mu);
+    return kind_;
+  }
+  // From the drafter's Info answer.
+  void SetInfo(std::string kind, std::vector<int32_t> layers) {
+    absl::MutexLock lock(&mu);
+    kind_ = std::move(kind);
+    feature_layers_ = std::move(layers);
+  }
+
+ private:
+  mutable absl::Mutex mu;
+  std::string kind_ ABSL_GUARDED_BY(mu);
+  std::vector<int32_t> feature_layers_ ABSL_GUARDED_BY(mu);
 };
 
 }  // namespace treespec

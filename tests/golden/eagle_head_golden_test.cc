@@ -144,7 +144,7 @@ TEST(EagleHeadLoadTest, RejectsATargetThatIsNotItsOwn) {
 }
 
 INSTANTIATE_TEST_SUITE_P(DemoHeads, EagleHeadGoldenTest,
-                         ::testing::Values("eagle-head"));
+                         ::testing::Values("eagle-head", "eagle3-head"));
 
 } // namespace
 } // namespace treespec

@@ -180,8 +180,13 @@ int Main() {
     std::vector<std::string> nk = absl::StrSplit(p[0], absl::MaxSplits(':', 1));
     if (nk.size() == 2) p[0] = nk[1];
     const std::string name = nk[0];
-    Child d = Spawn({bin + "/treespec-drafter", "--kind", p[0], "--model", p[1], "--listen",
-                     "127.0.0.1:0", "--device", device});
+    std::vector<std::string> argv = {bin + "/treespec-drafter", "--kind", p[0], "--model", p[1],
+                                     "--listen", "127.0.0.1:0", "--device", device};
+    if (p[0] == "eagle" || p[0] == "eagle3") {
+      argv.push_back("--target");  // the head reads the target's embedding and LM head
+      argv.push_back(absl::GetFlag(FLAGS_target));
+    }
+    Child d = Spawn(argv);
     if (d.address.empty()) {
       std::fprintf(stderr, "drafter %s did not start\n", p[0].c_str());
       for (Child& c : children) Kill(c);
