@@ -164,6 +164,7 @@ absl::Status Coordinator::Start() {
           info->vocab_size(), " but the target has ", ctx_.vocab_size));
     }
     TakeProfile(d.get(), info->draft_cost(), "drafter");
+    d->SetInfo(info->kind(), {info->feature_layers().begin(), info->feature_layers().end()});
   }
   prober_ = std::thread([this] { ProbeLoop(); });
   return absl::OkStatus();
@@ -191,6 +192,7 @@ void Coordinator::ProbeLoop() {
       if (absl::StatusOr<v1::DrafterInfoResponse> info = d->client->Info(kProbeTimeout);
           info.ok()) {
         TakeProfile(d.get(), info->draft_cost(), "drafter");
+        d->SetInfo(info->kind(), {info->feature_layers().begin(), info->feature_layers().end()});
         d->health.MarkHealthy();
       } else {
         d->health.MarkFailed(Clock::now());
@@ -267,6 +269,7 @@ v1::ModelInfo Coordinator::ModelInfo() const {
     seen.insert(d->name);
     v1::DrafterInfo* di = info.add_drafters();
     di->set_name(d->name);
+    di->set_kind(d->kind());
     bool healthy = false;
     for (const auto& e : drafters_) healthy |= e->name == d->name && e->health.healthy();
     di->set_healthy(healthy);

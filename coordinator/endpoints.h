@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -69,6 +70,29 @@ struct DrafterEndpoint {
   std::unique_ptr<DrafterClient> client;
   EndpointHealth health;
   ProfileSlot<DraftCostModel> draft_profile;
+
+  // The target layers whose features the drafter reads (its
+  // DrafterInfoResponse.feature_layers; empty: none or not known yet).
+  std::vector<int32_t> feature_layers() const {
+    absl::MutexLock lock(&mu);
+    return feature_layers_;
+  }
+  // Its kind ("mamba", "eagle", ...; empty until it answered an Info call).
+  std::string kind() const {
+    absl::MutexLock lock(&mu);
+    return kind_;
+  }
+  // From the drafter's Info answer.
+  void SetInfo(std::string kind, std::vector<int32_t> layers) {
+    absl::MutexLock lock(&mu);
+    kind_ = std::move(kind);
+    feature_layers_ = std::move(layers);
+  }
+
+ private:
+  mutable absl::Mutex mu;
+  std::string kind_ ABSL_GUARDED_BY(mu);
+  std::vector<int32_t> feature_layers_ ABSL_GUARDED_BY(mu);
 };
 
 }  // namespace treespec

@@ -173,6 +173,8 @@ void Lane::Iterate() {
       for (SeqTelemetry* t : machine_.Telemetry(Ids(items))) tel.push_back(*t);
       OpenDrafts(std::move(items), std::move(tel));
     }
+  } else if (drafter_ != nullptr) {
+    machine_.DrafterUnavailable();
   }
   if (machine_.num_live() > 0) {
     Step();
@@ -187,7 +189,8 @@ void Lane::Iterate() {
 void Lane::Admit(std::vector<std::shared_ptr<RequestState>> arrivals) {
   const Clock::time_point now = Clock::now();
   const bool drafter_ok = drafter_ != nullptr && drafter_->health.MayTry(now);
-  StepMachine::Admission a = machine_.Admit(std::move(arrivals), now, drafter_ok);
+  const bool reads_features = drafter_ != nullptr && !drafter_->feature_layers().empty();
+  StepMachine::Admission a = machine_.Admit(std::move(arrivals), now, drafter_ok, reads_features);
   if (!a.drafter.empty()) OpenDrafts(std::move(a.drafter), std::move(a.drafter_tel));
   if (a.worker.empty()) return;
   struct Job {

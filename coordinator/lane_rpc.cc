@@ -89,6 +89,9 @@ absl::StatusOr<std::vector<WorkerOpenReply>> LaneRpc::OpenWorker(
     ws->mutable_prompt()->Assign(it.prompt.begin(), it.prompt.end());
     ToProto(it.sampling, it.seed, ws->mutable_sampling());
     ws->set_max_total_tokens(it.max_total_tokens);
+    if (it.with_drafter && drafter_ != nullptr) {
+      for (int32_t l : drafter_->feature_layers()) ws->add_feature_layers(l);
+    }
   }
   absl::StatusOr<v1::WorkerOpenResponse> resp = worker_->client->Open(req, options_.open_timeout);
   Note(worker_->health, resp);
@@ -102,6 +105,7 @@ absl::StatusOr<std::vector<WorkerOpenReply>> LaneRpc::OpenWorker(
     const v1::WorkerOpenResult& r = resp->results(static_cast<int>(i));
     out[i].status = FromProto(r.status());
     out[i].first_token = r.first_token();
+    if (out[i].status.ok() && r.has_prompt_features()) LogFeatures(items[i].id, r.prompt_features());
   }
   return out;
 }
@@ -115,6 +119,9 @@ absl::StatusOr<std::vector<absl::Status>> LaneRpc::OpenDrafter(
     v1::DrafterOpenSequence* o = req.add_sequences();
     o->set_sequence_id(it.id);
     o->mutable_prompt()->Assign(it.prompt.begin(), it.prompt.end());
+    if (!drafter_->feature_layers().empty() && !it.prompt.empty()) {
+      CopyFeatures(it.id, 0, static_cast<int64_t>(it.prompt.size()) - 1, o->mutable_features());
+    }
   }
   if (release.sequence_ids_size() > 0) {
     (void)drafter_->client->Release(release, options_.release_timeout);
@@ -142,6 +149,10 @@ absl::StatusOr<std::vector<DraftReply>> LaneRpc::Draft(const std::vector<DraftIt
     d->set_tree(it.shape);
     d->set_temperature(it.temperature);
     d->set_seed(it.seed);
+    if (!drafter_->feature_layers().empty()) {
+      CopyFeatures(it.id, it.feature_begin, static_cast<int64_t>(it.new_tokens.size()),
+                   d->mutable_features());
+    }
   }
   const Clock::time_point t0 = Clock::now();
   absl::StatusOr<v1::DraftResponse> resp = drafter_->client->Draft(req, options_.draft_timeout);
@@ -207,11 +218,36 @@ absl::StatusOr<std::vector<VerifyReply>> LaneRpc::Verify(const std::vector<Verif
     out[i].tokens.assign(r.tokens().begin(), r.tokens().end());
     out[i].num_accepted = r.num_accepted();
     out[i].accepted_nodes.assign(r.accepted_nodes().begin(), r.accepted_nodes().end());
+    if (out[i].status.ok() && r.has_features()) LogFeatures(items[i].id, r.features());
   }
   return out;
 }
 
+void LaneRpc::LogFeatures(uint64_t id, const v1::Features& f) {
+  absl::MutexLock lock(&features_mu_);
+  FeatureLog& log = features_[id];
+  if (log.width != f.width()) log = FeatureLog{f.width(), 0, {}};
+  if (static_cast<int64_t>(f.f16().size()) != int64_t{f.num_rows()} * f.width() * 2) return;
+  log.f16.append(f.f16());
+  log.num_rows += f.num_rows();
+}
+
+void LaneRpc::CopyFeatures(uint64_t id, int64_t begin, int64_t n, v1::Features* out) {
+  absl::MutexLock lock(&features_mu_);
+  auto it = features_.find(id);
+  if (it == features_.end() || begin < 0 || begin + n > it->second.num_rows) return;
+  const FeatureLog& log = it->second;
+  const int64_t row_bytes = int64_t{log.width} * 2;
+  out->set_num_rows(static_cast<int32_t>(n));
+  out->set_width(log.width);
+  out->set_f16(log.f16.substr(begin * row_bytes, n * row_bytes));
+}
+
 absl::Status LaneRpc::ReleaseWorker(const std::vector<uint64_t>& ids) {
+  {
+    absl::MutexLock lock(&features_mu_);
+    for (uint64_t id : ids) features_.erase(id);
+  }
   v1::ReleaseRequest req;
   req.mutable_sequence_ids()->Assign(ids.begin(), ids.end());
   return worker_->client->Release(req, options_.release_timeout);

@@ -9,6 +9,17 @@
 // A response that does not answer every item in order (count or ids) is
 // turned into per-item errors here, so the machine can index replies by item.
 //
+// Features (drafters that read the target's hidden states, EAGLE heads): a
+// sequence opened `with_drafter` asks the worker for its drafter's feature
+// layers; every feature row the worker returns (the prompt's at Open, the
+// root's and the accepted nodes' at each Verify) is appended, as the f16 bytes
+// it came in, to the sequence's log here, so row p is always position p. A
+// drafter Open of a prompt of m tokens gets rows [0, m - 1), a Draft rows
+// [feature_begin, feature_begin + new_tokens), so a drafter re-opened after a
+// restart or a lost sequence gets the whole history it needs. The log is
+// freed with the worker's sequence (ReleaseWorker); it costs rows x width x 2
+// bytes per sequence.
+//
 // Thread-safety: Draft and Verify (the payload store) are called by the lane
 // thread only; the Open and Release calls are safe from any thread.
 #pragma once
@@ -16,10 +27,12 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "coordinator/endpoints.h"
 #include "coordinator/step_machine.h"
 #include "treespec/v1/common.pb.h"
@@ -68,8 +81,21 @@ class LaneRpc {
   WorkerEndpoint* const worker_;
   DrafterEndpoint* const drafter_;
   const LaneRpcOptions options_;
+  struct FeatureLog {
+    int32_t width = 0;
+    int64_t num_rows = 0;
+    std::string f16;  // num_rows * width halves
+  };
+  // Appends a worker's rows to `id`'s log (a width change restarts it).
+  void LogFeatures(uint64_t id, const v1::Features& f);
+  // Rows [begin, begin + n) of `id`'s log into `out` (unset when it lacks them:
+  // the drafter then reports the missing rows).
+  void CopyFeatures(uint64_t id, int64_t begin, int64_t n, v1::Features* out);
+
   std::map<uint64_t, v1::TokenTree> payloads_;  // drafted trees awaiting Verify
   Timing timing_;
+  absl::Mutex features_mu_;
+  std::map<uint64_t, FeatureLog> features_ ABSL_GUARDED_BY(features_mu_);
 };
 
 }  // namespace treespec

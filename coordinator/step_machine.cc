@@ -82,7 +82,8 @@ void StepMachine::Finish(Seq* s, absl::Status status) {
 }
 
 StepMachine::Admission StepMachine::Admit(std::vector<std::shared_ptr<RequestState>> arrivals,
-                                          Clock::time_point now, bool drafter_may_try) {
+                                          Clock::time_point now, bool drafter_may_try,
+                                          bool drafter_reads_features) {
   Admission a;
   for (auto& req : arrivals) {
     absl::Status gone;
@@ -112,16 +113,21 @@ StepMachine::Admission StepMachine::Admit(std::vector<std::shared_ptr<RequestSta
       if (b.ok()) s->bandit = std::move(*b);
     }
     a.worker.push_back({s->id, g.prompt, g.sampling, g.seed,
-                        static_cast<int32_t>(g.prompt.size()) + g.max_tokens});
+                        static_cast<int32_t>(g.prompt.size()) + g.max_tokens,
+                        options_.has_drafter && g.drafter != "none"});
     a.worker_tel.push_back(s->tel);
     if (options_.has_drafter && g.drafter != "none") {
       s->drafter = Seq::Drafter::kClosed;
       if (drafter_may_try) {
-        s->drafter = Seq::Drafter::kOpening;
         s->drafter_first_open = true;
-        s->drafter_open_len = g.prompt.size();
-        a.drafter.push_back({s->id, g.prompt, false});
-        a.drafter_tel.push_back(s->tel);
+        // A drafter reading the target's features (EAGLE) is opened once the
+        // worker's prefill returned the prompt's (PlanDrafterOpens).
+        if (!drafter_reads_features) {
+          s->drafter = Seq::Drafter::kOpening;
+          s->drafter_open_len = g.prompt.size();
+          a.drafter.push_back({s->id, g.prompt, false});
+          a.drafter_tel.push_back(s->tel);
+        }
       }
     }
     seqs_.push_back(std::move(s));
@@ -176,6 +182,12 @@ std::vector<DrafterOpenItem> StepMachine::PlanDrafterOpens(Clock::time_point now
     items.push_back({s->id, std::vector<int32_t>(s->tokens.begin(), s->tokens.end() - 1), stale});
   }
   return items;
+}
+
+void StepMachine::DrafterUnavailable() {
+  for (auto& s : seqs_) {
+    if (s->drafter == Seq::Drafter::kClosed) s->drafter_first_open = false;
+  }
 }
 
 void StepMachine::OnDrafterOpened(const std::vector<uint64_t>& ids,
@@ -299,6 +311,7 @@ std::vector<DraftItem> StepMachine::PlanDrafts() {
     d.shape = shape->ToString();
     d.temperature = g.sampling.temperature;
     d.seed = g.seed;
+    d.feature_begin = static_cast<int64_t>(s->drafter_consumed) - 1;
     items.push_back(std::move(d));
     drafting_.push_back(s->id);
   }

@@ -28,6 +28,13 @@
 // re-opened later (PlanDrafterOpens); a worker failure ends the sequences of
 // the batch with UNAVAILABLE naming the worker.
 //
+// Drafters that read the target's features (EAGLE heads) need the prompt's,
+// which only the worker's prefill computes: their Open waits for the worker
+// Open (PlanDrafterOpens sends it with the features the client layer logged)
+// instead of running beside it, and the sequence still steps only once it
+// returned; if the drafter cannot be tried then, DrafterUnavailable lets it
+// step without.
+//
 // Thread-compatible: one thread (the lane's) calls everything.
 #pragma once
 
@@ -87,6 +94,7 @@ struct WorkerOpenItem {
   SamplingParams sampling;
   uint64_t seed = 0;
   int32_t max_total_tokens = 0;
+  bool with_drafter = false;  // the sequence drafts: ask for its drafter's features
 };
 struct WorkerOpenReply {
   absl::Status status;  // this sequence's result
@@ -104,6 +112,9 @@ struct DraftItem {
   std::string shape;  // TreeShape::ToString(), possibly cut to the token budget
   float temperature = 0;
   uint64_t seed = 0;
+  // Drafters reading features: the position of the first row they need (the
+  // one before new_tokens[0]); one row per new token.
+  int64_t feature_begin = 0;
 };
 // What the step machine needs of a drafted tree; the tree itself stays with
 // the client layer (lane_rpc.h) and goes to the worker untouched.
@@ -146,8 +157,10 @@ class StepMachine {
   };
   // Requests cancelled or past their deadline end here; the others get ids
   // and open items. `drafter_may_try`: open on the drafter now too.
+  // `drafter_reads_features`: the lane's drafter reads the target's features
+  // (its Open then waits for the worker's, see above).
   Admission Admit(std::vector<std::shared_ptr<RequestState>> arrivals, Clock::time_point now,
-                  bool drafter_may_try);
+                  bool drafter_may_try, bool drafter_reads_features = false);
   // The worker Open of `ids` returned: `replies` has one entry per id, or the
   // RPC failed as a whole.
   void OnWorkerOpened(const std::vector<uint64_t>& ids,
@@ -155,6 +168,9 @@ class StepMachine {
                       Clock::time_point now);
   // Live sequences without drafter state that should (re)open on the drafter.
   std::vector<DrafterOpenItem> PlanDrafterOpens(Clock::time_point now);
+  // The drafter cannot be tried now: sequences waiting for their first
+  // drafter Open step without it (they re-open later).
+  void DrafterUnavailable();
   void OnDrafterOpened(const std::vector<uint64_t>& ids,
                        const absl::StatusOr<std::vector<absl::Status>>& replies,
                        Clock::time_point now);

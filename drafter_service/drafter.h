@@ -30,6 +30,10 @@ namespace treespec {
 struct DrafterOpenSpec {
   uint64_t id = 0;
   std::vector<int32_t> prompt;  // committed tokens before the first root
+  // Kinds that read the target's features (Drafter::feature_layers non-empty):
+  // [prompt.size() - 1, feature width] row-major; row i is the target's
+  // feature at position i, the one that produced prompt[i + 1]. Else empty.
+  std::vector<float> features;
 };
 
 struct DraftSpec {
@@ -40,6 +44,10 @@ struct DraftSpec {
   float temperature = 0.0f;  // 0: greedy drafting (top children, no q)
   int32_t top_k = 0;         // support of q; 0: default
   uint64_t seed = 0;
+  // Kinds that read the target's features: [new_tokens.size(), feature width];
+  // row i is the target's feature at the position before new_tokens[i] (the
+  // one that produced it). Else empty.
+  std::vector<float> features;
 };
 
 struct DraftOutcome {
@@ -70,6 +78,10 @@ class Drafter {
   virtual ~Drafter() = default;
   virtual std::string kind() const = 0;
   virtual int64_t vocab_size() const = 0;
+  // The target layers whose outputs (ForwardOptions::hidden_layers) this
+  // drafter reads with every Open and Draft, in row order; empty for drafters
+  // that read tokens only.
+  virtual std::vector<int32_t> feature_layers() const { return {}; }
   virtual std::vector<absl::Status> Open(const std::vector<DrafterOpenSpec>& specs) = 0;
   virtual std::vector<DraftOutcome> Draft(const std::vector<DraftSpec>& specs) = 0;
   virtual int Release(const std::vector<uint64_t>& ids) = 0;
@@ -82,8 +94,10 @@ class Drafter {
 };
 
 struct DrafterOptions {
-  std::string kind;             // "mamba" | "transformer": must match the model's kind; "ngram"
+  std::string kind;             // "mamba" | "transformer": must match the model's kind; "ngram";
+                                // "eagle" | "eagle3": must match the head's kind
   std::string model_dir;        // ngram: optional, only for its vocabulary size
+  std::string target_dir;       // eagle kinds: the target (its embedding and LM head)
   int64_t vocab_size = 0;       // ngram: 0 takes it from model_dir
   int32_t ngram_min = 1;        // ngram: shortest and longest suffix matched
   int32_t ngram_max = 8;

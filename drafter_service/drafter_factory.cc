@@ -1,6 +1,7 @@
 #include "core/tensor/backend.h"
 #include "drafter_service/drafter.h"
 #include "core/model/config.h"
+#include "drafter_service/eagle_drafter.h"
 #include "drafter_service/model_drafter.h"
 #include "drafter_service/ngram_drafter.h"
 
@@ -16,6 +17,11 @@ absl::StatusOr<std::unique_ptr<Drafter>> CreateDrafter(const DrafterOptions& opt
       o.vocab_size = config->vocab_size();
     }
     auto d = NgramDrafter::Create(o);
+    if (!d.ok()) return d.status();
+    return std::unique_ptr<Drafter>(std::move(*d));
+  }
+  if (options.kind == "eagle" || options.kind == "eagle3") {
+    auto d = EagleDrafter::Create(options, backend);
     if (!d.ok()) return d.status();
     return std::unique_ptr<Drafter>(std::move(*d));
   }

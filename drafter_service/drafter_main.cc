@@ -1,5 +1,5 @@
-// treespec-drafter: serves one drafter (a mamba or transformer model, or the
-// model-free ngram drafter) over gRPC.
+// treespec-drafter: serves one drafter (a mamba or transformer model, an
+// EAGLE / EAGLE-3 head of a target, or the model-free ngram drafter) over gRPC.
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -20,10 +20,14 @@
 
 ABSL_FLAG(std::string, kind, "mamba",
           "Drafter kind: mamba or transformer (must match --model), or ngram (suffix matching over "
-          "each sequence's own tokens; no model, any target of its vocabulary)");
+          "each sequence's own tokens; no model, any target of its vocabulary), or eagle / eagle3 "
+          "(a head reading the target's features; --model the head, --target the target)");
 ABSL_FLAG(std::string, model, "",
           "Hugging Face model directory of the drafter, or a llama-family .gguf file; ngram: "
           "optional, a model (e.g. the target) whose vocabulary size to use");
+ABSL_FLAG(std::string, target, "",
+          "eagle, eagle3: the target's model directory (the head reads its embedding and LM "
+          "head; the worker must serve the same target)");
 ABSL_FLAG(int64_t, vocab_size, 0, "ngram: vocabulary size of the target (0: from --model)");
 ABSL_FLAG(int32_t, ngram_min, 1, "ngram: shortest suffix match that proposes children");
 ABSL_FLAG(int32_t, ngram_max, 8, "ngram: longest suffix matched");
@@ -98,6 +102,7 @@ int Main() {
   DrafterOptions options;
   options.kind = absl::GetFlag(FLAGS_kind);
   options.model_dir = absl::GetFlag(FLAGS_model);
+  options.target_dir = absl::GetFlag(FLAGS_target);
   options.vocab_size = absl::GetFlag(FLAGS_vocab_size);
   options.ngram_min = absl::GetFlag(FLAGS_ngram_min);
   options.ngram_max = absl::GetFlag(FLAGS_ngram_max);
@@ -145,6 +150,7 @@ int main(int argc, char** argv) {
       argc, argv,
       "Serves a drafter model that proposes token trees.\n"
       "Usage: treespec-drafter --kind mamba|transformer --model DIR --listen HOST:PORT\n"
+      "       treespec-drafter --kind eagle|eagle3 --model HEAD_DIR --target TARGET_DIR --listen HOST:PORT\n"
       "       treespec-drafter --kind ngram (--vocab-size N | --model DIR|FILE.gguf) --listen HOST:PORT");
   return treespec::Main();
 }

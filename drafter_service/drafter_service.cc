@@ -9,14 +9,23 @@ namespace treespec {
 
 grpc::Status DrafterService::Open(grpc::ServerContext*, const v1::DrafterOpenRequest* req,
                                   v1::DrafterOpenResponse* resp) {
-  std::vector<DrafterOpenSpec> specs;
-  for (const v1::DrafterOpenSequence& s : req->sequences()) {
-    specs.push_back({s.sequence_id(), std::vector<int32_t>(s.prompt().begin(), s.prompt().end())});
+  // Sequences with malformed features are answered without opening.
+  std::vector<DrafterOpenSpec> good;
+  std::vector<absl::Status> out(req->sequences_size());
+  std::vector<int> good_index;
+  for (int i = 0; i < req->sequences_size(); ++i) {
+    const v1::DrafterOpenSequence& s = req->sequences(i);
+    DrafterOpenSpec spec{s.sequence_id(), {s.prompt().begin(), s.prompt().end()}, {}};
+    out[i] = FromProto(s.features(), "features", &spec.features);
+    if (!out[i].ok()) continue;
+    good.push_back(std::move(spec));
+    good_index.push_back(i);
   }
-  std::vector<absl::Status> out = drafter_->Open(specs);
-  for (size_t i = 0; i < out.size(); ++i) {
+  std::vector<absl::Status> opened = drafter_->Open(good);
+  for (size_t g = 0; g < opened.size(); ++g) out[good_index[g]] = opened[g];
+  for (int i = 0; i < req->sequences_size(); ++i) {
     v1::DrafterOpenResult* r = resp->add_results();
-    r->set_sequence_id(specs[i].id);
+    r->set_sequence_id(req->sequences(i).sequence_id());
     ToProto(out[i], r->mutable_status());
   }
   return grpc::Status::OK;
@@ -43,6 +52,7 @@ grpc::Status DrafterService::Draft(grpc::ServerContext*, const v1::DraftRequest*
     spec.temperature = s.temperature();
     spec.top_k = s.top_k();
     spec.seed = s.seed();
+    if (bad[i].ok()) bad[i] = FromProto(s.features(), "features", &spec.features);
     specs.push_back(std::move(spec));
   }
   // Sequences with a malformed shape are answered without drafting.
@@ -96,6 +106,7 @@ grpc::Status DrafterService::GetDrafterInfo(grpc::ServerContext*, const v1::GetD
   resp->set_predraft_misses(s.predraft_misses - baseline_.predraft_misses);
   resp->set_predraft_unprepared(s.predraft_unprepared - baseline_.predraft_unprepared);
   *resp->mutable_draft_cost() = draft_cost_;
+  for (int32_t l : drafter_->feature_layers()) resp->add_feature_layers(l);
   return grpc::Status::OK;
 }
 

@@ -35,7 +35,9 @@ absl::StatusOr<std::unique_ptr<ModelDrafter>> ModelDrafter::Create(const Drafter
   return d;
 }
 
-absl::Status ModelDrafter::OpenSequence(uint64_t id, const std::vector<int32_t>& prompt) {
+absl::Status ModelDrafter::OpenSequence(const DrafterOpenSpec& spec) {
+  const uint64_t id = spec.id;
+  const std::vector<int32_t>& prompt = spec.prompt;
   if (!model_->info().is_recurrent && static_cast<int64_t>(prompt.size()) >= options_.max_context) {
     return absl::InvalidArgumentError(absl::StrCat("prompt of ", prompt.size(),
                                                    " tokens exceeds the drafter context ",

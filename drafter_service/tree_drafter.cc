@@ -49,9 +49,14 @@ bool SameRequest(const DraftSpec& a, const DraftSpec& b) {
 }  // namespace
 
 absl::Status DrafterOptions::Validate() const {
-  if (kind != "mamba" && kind != "transformer" && kind != "ngram") {
+  const bool eagle = kind == "eagle" || kind == "eagle3";
+  if (kind != "mamba" && kind != "transformer" && kind != "ngram" && !eagle) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kind '", kind, "' is not a drafter kind (mamba, transformer, ngram, eagle, eagle3)"));
+  }
+  if (eagle && target_dir.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--kind '", kind, "' is not a drafter kind (mamba, transformer, ngram)"));
+        absl::StrCat("--target is required with --kind ", kind, " (the target's embedding and LM head)"));
   }
   if (kind == "ngram" && (ngram_min < 1 || ngram_max < ngram_min || ngram_max > 64)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -112,7 +117,7 @@ std::vector<absl::Status> TreeDrafter::Open(const std::vector<DrafterOpenSpec>& 
   for (const DrafterOpenSpec& spec : specs) {
     absl::Status st = seqs_.CheckOpen(spec.id);
     if (st.ok()) st = ValidatePrompt(spec.prompt, vocab_size());
-    if (st.ok()) st = OpenSequence(spec.id, spec.prompt);
+    if (st.ok()) st = OpenSequence(spec);
     if (st.ok()) st = seqs_.Insert(spec.id, SeqState{});
     out.push_back(st);
   }
@@ -127,7 +132,8 @@ absl::Status TreeDrafter::CheckDraft(const DraftSpec& s, BatchIds* ids, SeqState
         "sequence ", s.id, " lost its drafter state in an earlier failure; release and reopen it"));
   }
   TS_RETURN_IF_ERROR(seqs_.CheckStep(s.id, s.step, "draft step", "drafted"));
-  return ValidateDraftSpec(s, options_.max_tree_nodes, vocab_size());
+  TS_RETURN_IF_ERROR(ValidateDraftSpec(s, options_.max_tree_nodes, vocab_size()));
+  return CheckDraftSpec(s);
 }
 
 bool TreeDrafter::WantsPredraft(const DraftSpec& s) const {
@@ -137,7 +143,7 @@ bool TreeDrafter::WantsPredraft(const DraftSpec& s) const {
 bool TreeDrafter::BuildTrees(std::vector<Build>* builds, bool preemptible) {
   const int64_t V = vocab_size();
   std::vector<AdvanceItem> items;
-  for (const Build& b : *builds) items.push_back({b.model_id, b.last_tree, b.new_tokens});
+  for (const Build& b : *builds) items.push_back({b.model_id, b.last_tree, b.new_tokens, &b.spec->features});
   if (items.empty()) return true;
   std::vector<float> root_logits;
   std::vector<absl::Status> adv_status(items.size());

@@ -73,10 +73,14 @@ class TreeDrafter : public Drafter {
     uint64_t id;
     const TokenTree* last_tree;
     const std::vector<int32_t>* new_tokens;
+    const std::vector<float>* features;  // DraftSpec::features
   };
 
   // Model hooks, called with mu_ held.
-  virtual absl::Status OpenSequence(uint64_t id, const std::vector<int32_t>& prompt) = 0;
+  virtual absl::Status OpenSequence(const DrafterOpenSpec& spec) = 0;
+  // Kind-specific checks of a request before anything changes (e.g. the
+  // features' size); a failure leaves the sequence as it was.
+  virtual absl::Status CheckDraftSpec(const DraftSpec& spec) const { return absl::OkStatus(); }
   virtual void ReleaseSequence(uint64_t id) = 0;
   // Consumes each item's new tokens (reusing the last tree's node states along
   // the accepted path) and writes each new root's next-token logits

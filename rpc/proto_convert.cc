@@ -1,5 +1,8 @@
 #include "rpc/proto_convert.h"
 
+#include "absl/strings/str_cat.h"
+#include "core/tensor/dtype.h"
+
 namespace treespec {
 
 void ToProto(const TokenTree& tree, v1::TokenTree* out) {
@@ -57,6 +60,37 @@ VerifyMode FromProto(v1::VerificationMode mode, const SamplingParams& params) {
     case v1::VERIFICATION_MODE_TARGET_SAMPLING: return VerifyMode::kTargetSampling;
     default: return params.greedy() ? VerifyMode::kGreedy : VerifyMode::kMultiRound;
   }
+}
+
+void ToProto(const std::vector<float>& values, int64_t width, v1::Features* out) {
+  const int64_t rows = width > 0 ? static_cast<int64_t>(values.size()) / width : 0;
+  out->set_num_rows(static_cast<int32_t>(rows));
+  out->set_width(static_cast<int32_t>(width));
+  std::string* bytes = out->mutable_f16();
+  bytes->resize(values.size() * 2);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint16_t h = FloatToHalf(values[i]);
+    (*bytes)[2 * i] = static_cast<char>(h & 0xff);
+    (*bytes)[2 * i + 1] = static_cast<char>(h >> 8);
+  }
+}
+
+absl::Status FromProto(const v1::Features& features, const std::string& field,
+                       std::vector<float>* out) {
+  out->clear();
+  const int64_t rows = features.num_rows(), width = features.width();
+  if (rows < 0 || width < 0 ||
+      static_cast<int64_t>(features.f16().size()) != rows * width * 2) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", features.f16().size(),
+                                                   " bytes are not num_rows ", rows,
+                                                   " x width ", width, " halves"));
+  }
+  const auto* b = reinterpret_cast<const uint8_t*>(features.f16().data());
+  out->resize(rows * width);
+  for (int64_t i = 0; i < rows * width; ++i) {
+    (*out)[i] = HalfToFloat(static_cast<uint16_t>(b[2 * i] | (b[2 * i + 1] << 8)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace treespec

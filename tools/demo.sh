@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make demo`: starts a worker, the Mamba and transformer drafters and a
+# `make demo`: starts a worker, the Mamba, transformer and EAGLE drafters and a
 # coordinator on loopback with the demo models, streams completions with their
 # acceptance statistics, and shuts everything down. Exits non-zero if any step
 # fails; never leaves processes behind.
@@ -54,6 +54,10 @@ if [ -f "$MODELS/target/config.json" ]; then
   [ -f "$MODELS/mamba-drafter/config.json" ] && DRAFTERS+=("mamba:mamba:$MODELS/mamba-drafter")
   [ -f "$MODELS/transformer-drafter/config.json" ] && \
     DRAFTERS+=("transformer:transformer:$MODELS/transformer-drafter")
+  # EAGLE heads read the target's features (sent by the worker through the
+  # coordinator) and the target's embedding and LM head (--target).
+  [ -f "$MODELS/eagle-head/config.json" ] && DRAFTERS+=("eagle:eagle:$MODELS/eagle-head")
+  [ -f "$MODELS/eagle3-head/config.json" ] && DRAFTERS+=("eagle3:eagle3:$MODELS/eagle3-head")
 else
   # Before the demo models exist: stories260K (converted from ../shared) as the
   # target and as its own drafter.
@@ -71,7 +75,10 @@ echo "worker      $W"
 SPEC=""
 for d in "${DRAFTERS[@]}"; do
   IFS=: read -r name kind dir <<<"$d"
-  start "drafter-$name" A "$BIN/treespec-drafter" --kind "$kind" --model "$dir" --listen 127.0.0.1:0
+  EXTRA=()
+  case "$kind" in eagle|eagle3) EXTRA=(--target "$TARGET") ;; esac
+  start "drafter-$name" A "$BIN/treespec-drafter" --kind "$kind" --model "$dir" "${EXTRA[@]}" \
+    --listen 127.0.0.1:0
   echo "drafter     $name ($kind) $A"
   SPEC="${SPEC:+$SPEC,}$name=$A"
 done

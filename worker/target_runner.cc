@@ -18,6 +18,31 @@ int64_t NowNs() {
 
 bool NoVerifyWaiting(std::atomic<int>* waiting) { return waiting->load() == 0; }
 
+// `a` followed by the layers of `b` not in it.
+std::vector<int32_t> UnionLayers(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  for (int32_t l : b) {
+    if (std::find(a.begin(), a.end(), l) == a.end()) a.push_back(l);
+  }
+  return a;
+}
+
+// Appends to `out`, for each of `rows` (relative to `row0`), the hidden states
+// of `want` (each in `have`, the pass's ForwardOptions::hidden_layers) side by
+// side: [rows, want.size() * hidden].
+void AppendFeatures(const ForwardOutput& fo, const std::vector<int32_t>& have,
+                    const std::vector<int32_t>& want, int32_t row0,
+                    const std::vector<int32_t>& rows, std::vector<float>* out) {
+  const int64_t H = fo.hidden_size;
+  const int64_t R = have.empty() ? 0 : static_cast<int64_t>(fo.hidden.size()) / (H * have.size());
+  for (int32_t r : rows) {
+    for (int32_t l : want) {
+      const int64_t k = std::find(have.begin(), have.end(), l) - have.begin();
+      const float* src = fo.hidden.data() + (k * R + row0 + r) * H;
+      out->insert(out->end(), src, src + H);
+    }
+  }
+}
+
 }  // namespace
 
 absl::Status TargetRunnerOptions::Validate() const {
@@ -60,6 +85,13 @@ absl::Status TargetRunner::CheckOpen(const OpenSpec& spec) const {
     if (spec.prompt[i] < 0 || spec.prompt[i] >= V) {
       return absl::InvalidArgumentError(absl::StrCat("prompt[", i, "] = ", spec.prompt[i],
                                                      " is outside the vocabulary [0, ", V, ")"));
+    }
+  }
+  for (size_t i = 0; i < spec.feature_layers.size(); ++i) {
+    if (spec.feature_layers[i] < 0 || spec.feature_layers[i] >= model_->info().num_layers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("feature_layers[", i, "] = ", spec.feature_layers[i],
+                       " is not a layer of the target [0, ", model_->info().num_layers, ")"));
     }
   }
   const int64_t max_total = spec.max_total_tokens > 0 ? spec.max_total_tokens : options_.max_context;
@@ -114,6 +146,7 @@ std::vector<OpenOutcome> TargetRunner::Open(const std::vector<OpenSpec>& specs) 
       Seq seq;
       seq.sampling = spec.sampling;
       seq.seed = spec.seed;
+      seq.feature_layers = spec.feature_layers;
       seq.max_total = spec.max_total_tokens > 0 ? spec.max_total_tokens : options_.max_context;
       absl::StatusOr<int64_t> handle = model_->Open(seq.max_total + options_.max_tree_nodes);
       if (!handle.ok()) {
@@ -183,15 +216,21 @@ int64_t TargetRunner::PrefillChunk(const std::vector<OpenSpec>& specs, size_t of
     }
     const size_t end = std::min(spec.prompt.size(), offset + chunk);
     const bool last = end == spec.prompt.size();
+    // A drafter reading features needs every prompt row's hidden states.
+    const bool rows = !spec.feature_layers.empty();
     batch.push_back({p.handle,
                      std::vector<int32_t>(spec.prompt.begin() + offset, spec.prompt.begin() + end),
                      {},
-                     last ? LogitsMode::kLast : LogitsMode::kNone});
+                     rows ? LogitsMode::kAll : last ? LogitsMode::kLast : LogitsMode::kNone});
     members.push_back(&p);
   }
   if (batch.empty()) return 0;
   ForwardOutput fo;
-  absl::Status st = model_->Forward(batch, &fo);
+  ForwardOptions options;
+  for (const Prefilling* p : members) {
+    options.hidden_layers = UnionLayers(options.hidden_layers, specs[p->index].feature_layers);
+  }
+  absl::Status st = model_->Forward(batch, &fo, options);
   for (size_t b = 0; b < batch.size(); ++b) {
     Prefilling& p = *members[b];
     const uint64_t id = specs[p.index].id;
@@ -203,9 +242,16 @@ int64_t TargetRunner::PrefillChunk(const std::vector<OpenSpec>& specs, size_t of
       FailOpen(id, p.handle, seq_st, &o);
       continue;
     }
-    if (batch[b].logits != LogitsMode::kLast) continue;
+    const std::vector<int32_t>& layers = specs[p.index].feature_layers;
+    if (!layers.empty()) {
+      std::vector<int32_t> rows(batch[b].tokens.size());
+      for (size_t r = 0; r < rows.size(); ++r) rows[r] = static_cast<int32_t>(r);
+      AppendFeatures(fo, options.hidden_layers, layers, fo.row_start[b], rows, &o.features);
+    }
+    const size_t end = offset + batch[b].tokens.size();
+    if (end != specs[p.index].prompt.size()) continue;
     Seq* seq = table_.FindAny(id);
-    seq->pending = SampleFirst(*seq, fo.row_logits(fo.row_start[b]));
+    seq->pending = SampleFirst(*seq, fo.row_logits(fo.row_start[b + 1] - 1));
     seq->num_tokens = static_cast<int64_t>(specs[p.index].prompt.size()) + 1;
     o.first_token = seq->pending;
     p.done = true;
@@ -272,6 +318,9 @@ std::vector<StepOutcome> TargetRunner::Verify(const std::vector<StepSpec>& steps
   // device: no logits leave it.
   ForwardOptions options;
   options.argmax_only = !batch.empty();
+  for (const Seq* seq : batch_seq) {
+    options.hidden_layers = UnionLayers(options.hidden_layers, seq->feature_layers);
+  }
   for (size_t b = 0; b < batch.size(); ++b) {
     if (modes[batch_index[b]] != VerifyMode::kGreedy && !batch_seq[b]->sampling.greedy()) {
       options.argmax_only = false;
@@ -309,6 +358,10 @@ std::vector<StepOutcome> TargetRunner::Verify(const std::vector<StepSpec>& steps
     o.tokens = r.NewTokens();
     o.num_accepted = r.num_accepted();
     o.accepted_nodes = r.path;
+    if (!seq.feature_layers.empty()) {
+      AppendFeatures(fo, options.hidden_layers, seq.feature_layers, fo.row_start[b], r.path,
+                     &o.features);
+    }
     seq.pending = r.bonus_token;
     seq.num_tokens += static_cast<int64_t>(o.tokens.size());
     table_.AdvanceStep(s.id);

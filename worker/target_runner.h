@@ -70,12 +70,18 @@ struct OpenSpec {
   SamplingParams sampling;
   uint64_t seed = 0;
   int64_t max_total_tokens = 0;  // 0: max_context
+  // Target layers whose outputs the sequence's drafter reads (EAGLE heads):
+  // Open returns them for every prompt position, Verify for the root and the
+  // accepted nodes. Empty: none.
+  std::vector<int32_t> feature_layers;
 };
 
 struct OpenOutcome {
   uint64_t id = 0;
   absl::Status status;
   int32_t first_token = -1;
+  // [prompt.size(), feature_layers.size() * hidden] with OpenSpec::feature_layers.
+  std::vector<float> features;
 };
 
 struct StepSpec {
@@ -95,6 +101,9 @@ struct StepOutcome {
   std::vector<int32_t> tokens;          // accepted drafts then the bonus
   int32_t num_accepted = 0;
   std::vector<int32_t> accepted_nodes;  // root first
+  // [accepted_nodes.size(), feature width]: the features of the accepted
+  // nodes (OpenSpec::feature_layers; empty without).
+  std::vector<float> features;
 };
 
 struct StepTimings {
@@ -138,6 +147,7 @@ class TargetRunner {
     uint64_t seed = 0;
     int64_t max_total = 0;
     bool release_requested = false;  // Release while its Open was prefilling
+    std::vector<int32_t> feature_layers;
   };
   // A sequence of an Open call being prefilled.
   struct Prefilling {

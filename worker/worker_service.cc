@@ -8,6 +8,13 @@
 #include "rpc/status_convert.h"
 
 namespace treespec {
+namespace {
+
+int64_t FeatureWidth(const std::vector<float>& features, size_t rows) {
+  return rows == 0 ? 0 : static_cast<int64_t>(features.size() / rows);
+}
+
+}  // namespace
 
 grpc::Status WorkerService::Open(grpc::ServerContext*, const v1::WorkerOpenRequest* req,
                                  v1::WorkerOpenResponse* resp) {
@@ -19,6 +26,7 @@ grpc::Status WorkerService::Open(grpc::ServerContext*, const v1::WorkerOpenReque
     spec.sampling = FromProto(s.sampling());
     spec.seed = s.sampling().seed();
     spec.max_total_tokens = s.max_total_tokens();
+    spec.feature_layers.assign(s.feature_layers().begin(), s.feature_layers().end());
     specs.push_back(std::move(spec));
   }
   auto t0 = std::chrono::steady_clock::now();
@@ -26,11 +34,16 @@ grpc::Status WorkerService::Open(grpc::ServerContext*, const v1::WorkerOpenReque
   resp->set_prefill_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
                            std::chrono::steady_clock::now() - t0)
                            .count());
-  for (const OpenOutcome& o : out) {
+  for (size_t i = 0; i < out.size(); ++i) {
+    const OpenOutcome& o = out[i];
     v1::WorkerOpenResult* r = resp->add_results();
     r->set_sequence_id(o.id);
     ToProto(o.status, r->mutable_status());
     r->set_first_token(o.first_token);
+    if (o.status.ok() && !specs[i].feature_layers.empty()) {
+      ToProto(o.features, FeatureWidth(o.features, specs[i].prompt.size()),
+              r->mutable_prompt_features());
+    }
   }
   return grpc::Status::OK;
 }
@@ -63,6 +76,9 @@ grpc::Status WorkerService::Verify(grpc::ServerContext*, const v1::VerifyRequest
     r->mutable_tokens()->Assign(o.tokens.begin(), o.tokens.end());
     r->set_num_accepted(o.num_accepted);
     r->mutable_accepted_nodes()->Assign(o.accepted_nodes.begin(), o.accepted_nodes.end());
+    if (!o.features.empty()) {
+      ToProto(o.features, FeatureWidth(o.features, o.accepted_nodes.size()), r->mutable_features());
+    }
   }
   return grpc::Status::OK;
 }

@@ -16,6 +16,8 @@
 
 namespace treespec {
 
+class Tensor;
+
 enum class LogitsMode { kNone, kLast, kAll };
 
 struct ForwardSeq {
@@ -35,6 +37,11 @@ struct ForwardOptions {
   // maxima), computed on the device where the backend can; out->logits stays
   // empty. For greedy verification, which needs nothing else.
   bool argmax_only = false;
+  // When set, the rows entering the first layer, [total new tokens, hidden] in
+  // the packed order of `seqs`, instead of the token embeddings (an EAGLE head
+  // computes its own inputs, core/model/eagle_head.h). Token ids are still
+  // checked and set the positions; LlamaModel only.
+  const Tensor* input_rows = nullptr;
 };
 
 struct ForwardOutput {

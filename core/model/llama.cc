@@ -252,7 +252,16 @@ absl::Status LlamaModel::Forward(const std::vector<ForwardSeq>& seqs, PagedKvCac
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const bool tp = shard_.size > 1;
 
-  TS_RETURN_IF_ERROR(be->Embedding(ids, embed_, &x));
+  if (options.input_rows != nullptr) {
+    if (options.input_rows->shape() != Shape{T, D}) {
+      return absl::InvalidArgumentError(absl::StrCat("input_rows: shape is not [", T, ", ", D, "]"));
+    }
+    std::vector<int32_t> all(T);
+    for (int64_t i = 0; i < T; ++i) all[i] = static_cast<int32_t>(i);
+    TS_RETURN_IF_ERROR(be->GatherRows(*options.input_rows, all, &x));
+  } else {
+    TS_RETURN_IF_ERROR(be->Embedding(ids, embed_, &x));
+  }
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& w = layers_[l];
     TS_RETURN_IF_ERROR(be->RmsNorm(x, w.ln1, eps, &h));

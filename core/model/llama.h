@@ -48,6 +48,8 @@ class LlamaModel {
   Backend* backend() const { return backend_; }
   int tp_rank() const { return shard_.rank; }
   int tp_size() const { return shard_.size; }
+  // The token embedding table [vocab, hidden] (an EAGLE head reuses its target's).
+  const Tensor& embedding() const { return embed_; }
 
   // KV cache geometry for this rank's share of the heads.
   KvCacheOptions KvOptions(int64_t num_blocks, int64_t block_size = 16) const;

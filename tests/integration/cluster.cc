@@ -129,6 +129,7 @@ absl::StatusOr<std::unique_ptr<InProcessDrafter>> InProcessDrafter::Start(
   DrafterOptions options;
   options.kind = config.kind;
   options.model_dir = FixtureModel(config.model);
+  if (!config.target.empty()) options.target_dir = FixtureModel(config.target);
   options.max_sequences = config.max_sequences;
   options.max_tree_nodes = config.max_tree_nodes;
   options.max_context = config.max_context;
@@ -331,6 +332,7 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(ClusterConfig config) {
   TS_RETURN_IF_ERROR(
       add(config.garbage, "garbage", {"transformer", kGarbageModel, n, 64, 512, prof}));
   TS_RETURN_IF_ERROR(add(config.ngram, "ngram", {"ngram", config.worker.model, n, 64, 512, prof}));
+  for (const auto& [name, dc] : config.extra_drafters) TS_RETURN_IF_ERROR(add(true, name, dc));
   TS_ASSIGN_OR_RETURN(c->coordinator_, InProcessCoordinator::Start(std::move(cc)));
   c->stub_ = c->coordinator_->NewStub();
   return c;
@@ -496,11 +498,13 @@ int Subprocess::Stop(int signal, std::chrono::milliseconds timeout) {
 
 Subprocess::~Subprocess() { Stop(SIGKILL, std::chrono::milliseconds(5000)); }
 
-absl::StatusOr<std::unique_ptr<Subprocess>> StartDrafterProcess(const std::string& kind,
-                                                                const std::string& model,
-                                                                const std::string& listen) {
-  return Subprocess::Start({BinaryPath("treespec-drafter"), "--kind", kind, "--model",
-                            FixtureModel(model), "--listen", listen, "--max-context", "512"});
+absl::StatusOr<std::unique_ptr<Subprocess>> StartDrafterProcess(
+    const std::string& kind, const std::string& model, const std::string& listen,
+    const std::vector<std::string>& extra) {
+  std::vector<std::string> argv = {BinaryPath("treespec-drafter"), "--kind", kind, "--model",
+                                   FixtureModel(model), "--listen", listen, "--max-context", "512"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return Subprocess::Start(argv);
 }
 
 absl::StatusOr<std::unique_ptr<Subprocess>> StartWorkerProcess(const std::string& model,

@@ -96,6 +96,7 @@ class InProcessWorker {
 
 struct DrafterConfig {
   std::string kind = "mamba";  // "mamba" | "transformer" | "ngram" (model: for its vocabulary)
+                               // | "eagle" | "eagle3" (model: the head, target: its target)
   std::string model = kMambaModel;
   int64_t max_sequences = 32;
   int64_t max_tree_nodes = 64;
@@ -103,6 +104,7 @@ struct DrafterConfig {
   // Profile the Draft call before serving (no cache) and report it in
   // DrafterInfo.draft_cost, as treespec-drafter does by default.
   bool startup_profile = false;
+  std::string target;  // eagle kinds: the target's model directory
 };
 
 class InProcessDrafter {
@@ -225,6 +227,8 @@ struct ClusterConfig {
   bool self = true;
   bool garbage = true;
   bool ngram = true;  // "ngram": the model-free n-gram drafter (vocabulary of worker.model)
+  // More drafters by name (e.g. EAGLE heads of worker.model).
+  std::vector<std::pair<std::string, DrafterConfig>> extra_drafters;
   int64_t drafter_max_sequences = 32;  // of each drafter
   bool drafter_startup_profile = false;  // DrafterConfig::startup_profile of each drafter
   CoordinatorOptions coordinator;      // default_drafter "none" unless set
@@ -291,9 +295,10 @@ struct ProcessOutput {
 absl::StatusOr<ProcessOutput> RunProcess(const std::vector<std::string>& argv,
                                          std::chrono::milliseconds timeout);
 
-// `treespec-drafter --kind KIND --model DIR --listen LISTEN` as a process.
+// `treespec-drafter --kind KIND --model DIR --listen LISTEN [extra...]` as a process.
 absl::StatusOr<std::unique_ptr<Subprocess>> StartDrafterProcess(
-    const std::string& kind, const std::string& model, const std::string& listen = "127.0.0.1:0");
+    const std::string& kind, const std::string& model, const std::string& listen = "127.0.0.1:0",
+    const std::vector<std::string>& extra = {});
 // `treespec-worker --model DIR --listen LISTEN` as a process.
 absl::StatusOr<std::unique_ptr<Subprocess>> StartWorkerProcess(
     const std::string& model = kTargetModel, const std::string& listen = "127.0.0.1:0");

@@ -478,11 +478,20 @@ TEST(DrafterKindTest, KindThatDoesNotMatchTheModelIsInvalidArgument) {
     EXPECT_THAT(d.status().message(), HasSubstr("--kind " + k.kind + " does not match"));
   }
   DrafterOptions o;
-  o.kind = "eagle";
+  o.kind = "redrafter";
   o.model_dir = ModelDir("tiny_mamba");
   auto d = CreateDrafter(o, backend.get());
   EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(d.status().message(), HasSubstr("'eagle'"));
+  EXPECT_THAT(d.status().message(), HasSubstr("'redrafter'"));
+  // EAGLE heads need their target, and a head directory.
+  o.kind = "eagle";
+  d = CreateDrafter(o, backend.get());
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(d.status().message(), HasSubstr("--target"));
+  o.target_dir = ModelDir("tiny_llama_gqa");
+  d = CreateDrafter(o, backend.get());
+  EXPECT_FALSE(d.ok()) << "a Mamba model is not an EAGLE head";
+  EXPECT_THAT(d.status().message(), HasSubstr("eagle_kind"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, DrafterTest,

@@ -5,7 +5,8 @@
 // measures the algorithm, not the RPCs.
 //
 //   build/bin/acceptance_bench [--target models/demo/target]
-//     [--drafters mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter]
+//     [--drafters mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter,
+//                 eagle=models/demo/eagle-head,eagle3=models/demo/eagle3-head]
 //     [--prompts models/demo/heldout_prompts.txt] [--trees "chain:4;3,2,2,1,1;3,3,2,1"]
 #include <cstdio>
 #include <fstream>
@@ -52,9 +53,15 @@ absl::StatusOr<Result> Measure(TargetRunner* runner, Drafter* drafter,
     open.sampling.temperature = temperature;
     open.seed = 1000 + p;
     open.max_total_tokens = static_cast<int64_t>(prompts[p].size()) + max_tokens;
+    open.feature_layers = drafter->feature_layers();
     OpenOutcome o = runner->Open({open})[0];
     if (!o.status.ok()) return o.status;
-    std::vector<absl::Status> ds = drafter->Open({{id, prompts[p]}});
+    // EAGLE heads: the prompt's features but the last, which goes with the
+    // first draft (drafter.h); then each verification's.
+    const size_t W = o.features.size() / prompts[p].size();
+    std::vector<float> features(o.features.end() - W, o.features.end());
+    o.features.resize(o.features.size() - W);
+    std::vector<absl::Status> ds = drafter->Open({{id, prompts[p], std::move(o.features)}});
     if (!ds[0].ok()) return ds[0];
     std::vector<int32_t> undrafted = {o.first_token};
     int32_t pending = o.first_token;
@@ -67,6 +74,7 @@ absl::StatusOr<Result> Measure(TargetRunner* runner, Drafter* drafter,
       d.shape = shape;
       d.temperature = temperature;
       d.seed = 7000 + p;
+      d.features = std::move(features);
       DraftOutcome dout = drafter->Draft({d})[0];
       if (!dout.status.ok()) return dout.status;
       StepSpec s;
@@ -82,6 +90,7 @@ absl::StatusOr<Result> Measure(TargetRunner* runner, Drafter* drafter,
       res.accepted += out.num_accepted;
       generated += static_cast<int>(out.tokens.size());
       undrafted = out.tokens;
+      features = std::move(out.features);
       pending = out.tokens.back();
       if (static_cast<int64_t>(prompts[p].size()) + generated + shape.NumNodes() >=
           open.max_total_tokens) {
@@ -148,6 +157,7 @@ int Main() {
     DrafterOptions dopt;
     dopt.kind = p[0];
     dopt.model_dir = p[1];
+    dopt.target_dir = target;  // eagle kinds read the target's embedding and LM head
     dopt.max_sequences = 2;
     dopt.default_top_k = absl::GetFlag(FLAGS_top_k);
     auto drafter = CreateDrafter(dopt, backend->get());

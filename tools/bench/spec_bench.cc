@@ -186,6 +186,10 @@ int Main() {
     const std::string name = nk[0];
     std::vector<std::string> args = {bin + "/treespec-drafter", "--kind", p[0], "--model", p[1],
                                      "--listen", "127.0.0.1:0", "--device", device};
+    if (p[0] == "eagle" || p[0] == "eagle3") {
+      args.push_back("--target");  // the head reads the target's embedding and LM head
+      args.push_back(absl::GetFlag(FLAGS_target));
+    }
     if (fl.size() == 2) {
       for (absl::string_view f : absl::StrSplit(fl[1], ' ', absl::SkipEmpty())) {
         args.emplace_back(f);
