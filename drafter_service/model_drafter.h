@@ -32,7 +32,9 @@ class ModelDrafter final : public TreeDrafter {
 
  private:
   explicit ModelDrafter(const DrafterOptions& options) : TreeDrafter(options) {}
-  absl::Status OpenSequence(uint64_t id, const std::vector<int32_t>& prompt) override;
+  absl::Status OpenSequence(uint64_t id, size_t prompt_len) override;
+  void PrefillChunk(const std::vector<PromptChunk>& chunks,
+                    std::vector<absl::Status>* status) override;
   void ReleaseSequence(uint64_t id) override;
   void Advance(const std::vector<AdvanceItem>& items, std::vector<float>* logits,
                std::vector<absl::Status>* status) override;
