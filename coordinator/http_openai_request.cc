@@ -5,6 +5,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "core/util/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace treespec {
@@ -62,9 +63,7 @@ absl::StatusOr<std::string> String(const Json& v, absl::string_view param) {
     lhs = *_v;                               \
   } while (0)
 
-// The fields common to both endpoints.
-absl::Status ParseCommon(const Json& body, OpenAiRequest* req) {
-  v1::GenerateRequest& g = req->generate;
+absl::Status ParseStreaming(const Json& body, OpenAiRequest* req) {
   if (Present(body, "model")) OA_ASSIGN(req->model, String(body["model"], "model"));
   if (Present(body, "stream")) OA_ASSIGN(req->stream, Bool(body["stream"], "stream"));
   if (Present(body, "stream_options")) {
@@ -77,6 +76,12 @@ absl::Status ParseCommon(const Json& body, OpenAiRequest* req) {
       OA_ASSIGN(req->include_usage, Bool(so["include_usage"], "stream_options.include_usage"));
     }
   }
+  return absl::OkStatus();
+}
+
+// max_tokens / max_completion_tokens, temperature, top_p, top_k, seed, n.
+absl::Status ParseSampling(const Json& body, OpenAiRequest* req) {
+  v1::GenerateRequest& g = req->generate;
   // max_completion_tokens (chat) supersedes the deprecated max_tokens.
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
     if (!Present(body, key)) continue;
@@ -122,68 +127,81 @@ absl::Status ParseCommon(const Json& body, OpenAiRequest* req) {
       return InvalidParam("n", absl::StrCat("'n' must be 1 (one choice per request is served), got ", n));
     }
   }
+  return absl::OkStatus();
+}
+
+// stop, ignore_eos, add_special_tokens, stop_token_ids.
+absl::Status ParseStops(const Json& body, v1::GenerateRequest* g) {
   if (Present(body, "stop")) {
     const Json& stop = body["stop"];
     if (stop.is_string()) {
-      g.add_stop(stop.get<std::string>());
+      g->add_stop(stop.get<std::string>());
     } else if (stop.is_array()) {
       for (const Json& s : stop) {
         if (!s.is_string()) return Type("stop", "a string or an array of strings", stop);
-        g.add_stop(s.get<std::string>());
+        g->add_stop(s.get<std::string>());
       }
     } else {
       return Type("stop", "a string or an array of strings", stop);
     }
-    for (const std::string& s : g.stop()) {
+    for (const std::string& s : g->stop()) {
       if (s.empty()) return InvalidParam("stop", "'stop' strings must not be empty");
     }
   }
   if (Present(body, "ignore_eos")) {
     bool b = false;
     OA_ASSIGN(b, Bool(body["ignore_eos"], "ignore_eos"));
-    g.set_ignore_eos(b);
+    g->set_ignore_eos(b);
   }
   if (Present(body, "add_special_tokens")) {
     bool b = false;
     OA_ASSIGN(b, Bool(body["add_special_tokens"], "add_special_tokens"));
-    g.set_add_special_tokens(b);
+    g->set_add_special_tokens(b);
   }
   if (Present(body, "stop_token_ids")) {
     const Json& ids = body["stop_token_ids"];
     if (!ids.is_array()) return Type("stop_token_ids", "an array of integers", ids);
     for (const Json& id : ids) {
       if (!IsInt32(id)) return Type("stop_token_ids", "an array of 32-bit integers", ids);
-      g.add_stop_token_ids(id.get<int32_t>());
+      g->add_stop_token_ids(id.get<int32_t>());
     }
   }
-  if (Present(body, "speculation")) {
-    const Json& spec = body["speculation"];
-    if (!spec.is_object()) return Type("speculation", "an object", spec);
-    v1::SpeculationOptions* opts = g.mutable_speculation();
-    if (Present(spec, "drafter")) {
-      std::string s;
-      OA_ASSIGN(s, String(spec["drafter"], "speculation.drafter"));
-      opts->set_drafter(s);
-    }
-    if (Present(spec, "tree")) {
-      std::string s;
-      OA_ASSIGN(s, String(spec["tree"], "speculation.tree"));
-      opts->set_tree(s);
-    }
-    if (Present(spec, "verification")) {
-      std::string s;
-      OA_ASSIGN(s, String(spec["verification"], "speculation.verification"));
-      if (s == "greedy") opts->set_verification(v1::VERIFICATION_MODE_GREEDY);
-      else if (s == "multiround") opts->set_verification(v1::VERIFICATION_MODE_MULTIROUND);
-      else if (s == "target_sampling") opts->set_verification(v1::VERIFICATION_MODE_TARGET_SAMPLING);
-      else if (s != "auto" && !s.empty()) {
-        return InvalidParam("speculation.verification",
-                            absl::StrCat("'speculation.verification' must be one of greedy, "
-                                         "multiround, target_sampling, auto; got \"", s, "\""));
-      }
+  return absl::OkStatus();
+}
+
+// The treespec extension object "speculation": drafter, tree, verification.
+absl::Status ParseSpeculation(const Json& body, v1::GenerateRequest* g) {
+  if (!Present(body, "speculation")) return absl::OkStatus();
+  const Json& spec = body["speculation"];
+  if (!spec.is_object()) return Type("speculation", "an object", spec);
+  v1::SpeculationOptions* opts = g->mutable_speculation();
+  if (Present(spec, "drafter")) {
+    std::string s;
+    OA_ASSIGN(s, String(spec["drafter"], "speculation.drafter"));
+    opts->set_drafter(s);
+  }
+  if (Present(spec, "tree")) {
+    std::string s;
+    OA_ASSIGN(s, String(spec["tree"], "speculation.tree"));
+    opts->set_tree(s);
+  }
+  if (Present(spec, "verification")) {
+    std::string s;
+    OA_ASSIGN(s, String(spec["verification"], "speculation.verification"));
+    if (s == "greedy") opts->set_verification(v1::VERIFICATION_MODE_GREEDY);
+    else if (s == "multiround") opts->set_verification(v1::VERIFICATION_MODE_MULTIROUND);
+    else if (s == "target_sampling") opts->set_verification(v1::VERIFICATION_MODE_TARGET_SAMPLING);
+    else if (s != "auto" && !s.empty()) {
+      return InvalidParam("speculation.verification",
+                          absl::StrCat("'speculation.verification' must be one of greedy, "
+                                       "multiround, target_sampling, auto; got \"", s, "\""));
     }
   }
-  // OpenAI features this server does not implement: refuse rather than ignore.
+  return absl::OkStatus();
+}
+
+// OpenAI features this server does not implement: refuse rather than ignore.
+absl::Status RejectUnsupported(const Json& body) {
   auto reject_if = [&](const char* key, bool unsupported) -> absl::Status {
     if (Present(body, key) && unsupported) {
       return InvalidParam(key, absl::StrCat("'", key, "' is not supported by this server, got ",
@@ -208,6 +226,15 @@ absl::Status ParseCommon(const Json& body, OpenAiRequest* req) {
     if (auto s = reject_if(key, bad); !s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+// The fields common to both endpoints.
+absl::Status ParseCommon(const Json& body, OpenAiRequest* req) {
+  TS_RETURN_IF_ERROR(ParseStreaming(body, req));
+  TS_RETURN_IF_ERROR(ParseSampling(body, req));
+  TS_RETURN_IF_ERROR(ParseStops(body, &req->generate));
+  TS_RETURN_IF_ERROR(ParseSpeculation(body, &req->generate));
+  return RejectUnsupported(body);
 }
 
 absl::StatusOr<Json> ParseBody(absl::string_view body) {

@@ -106,6 +106,9 @@ struct DrafterOptions {
   int64_t max_context = 4096;   // transformer: KV per sequence
   int32_t default_top_k = 32;
   bool use_graphs = true;       // CUDA graphs for batched steps where supported
+  // Longest prompt piece an Open feeds under the lock at once (split between
+  // the sequences of the call); Draft calls waiting go between pieces.
+  int64_t prefill_chunk_tokens = 32;
   // Sequences untouched this long are released by ReleaseExpired (zero: never).
   absl::Duration sequence_lease = absl::ZeroDuration();
   // Outcomes per sequence pre-drafted while the coordinator verifies the last

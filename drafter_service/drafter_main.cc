@@ -37,6 +37,9 @@ ABSL_FLAG(int64_t, max_tree_nodes, 64, "Largest tree per sequence (root included
 ABSL_FLAG(int64_t, max_context, 4096, "transformer: longest sequence in the drafter's KV cache");
 ABSL_FLAG(int32_t, top_k, 32, "Default support size of the draft distribution q");
 ABSL_FLAG(bool, graphs, true, "Use CUDA graphs for batched steps (cuda only)");
+ABSL_FLAG(int64_t, prefill_chunk_tokens, 32,
+          "Longest prompt piece an Open feeds at once; Draft calls go between pieces, so a "
+          "long prompt never stalls live streams");
 ABSL_FLAG(int32_t, predraft, 2,
           "Outcomes per sequence whose next tree is drafted while the last one is verified "
           "(speculative speculative decoding); 0: off");
@@ -111,6 +114,7 @@ int Main() {
   options.max_context = absl::GetFlag(FLAGS_max_context);
   options.default_top_k = absl::GetFlag(FLAGS_top_k);
   options.use_graphs = absl::GetFlag(FLAGS_graphs);
+  options.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk_tokens);
   options.predraft = absl::GetFlag(FLAGS_predraft);
   options.predraft_sampled = absl::GetFlag(FLAGS_predraft_sampled);
   options.sequence_lease = absl::Seconds(absl::GetFlag(FLAGS_sequence_lease_s));

@@ -56,26 +56,53 @@ absl::Status EagleDrafter::OpenSequence(const DrafterOpenSpec &spec) {
         absl::StrCat("prompt of ", P, " tokens exceeds the drafter context ",
                      options_.max_context));
   }
-  SequenceModel *sm = head_->sequences();
-  TS_ASSIGN_OR_RETURN(const int64_t handle,
-                      sm->Open(options_.max_context + options_.max_tree_nodes));
-  absl::Status st;
-  if (P > 1) {
-    std::vector<float> g;
-    st = head_->Fuse(spec.features, P - 1, &g);
-    ForwardOutput fo;
-    std::vector<int32_t> rows(spec.prompt.begin() + 1, spec.prompt.end());
-    if (st.ok())
-      st = head_->Forward({{handle, rows, {}, LogitsMode::kNone}}, g, &fo);
-    if (st.ok())
-      st = sm->Commit(handle, P - 1);
-  }
-  if (!st.ok()) {
-    sm->Release(handle);
-    return st;
-  }
+  TS_ASSIGN_OR_RETURN(
+      const int64_t handle,
+      head_->sequences()->Open(options_.max_context + options_.max_tree_nodes));
   seqs_by_id_[spec.id] = HeadSeq{handle, {}};
   return absl::OkStatus();
+}
+
+// Prompt tokens [begin, end) of each chunk: head row i (for i >= 1) reads the
+// target's feature i - 1 and token i, so a chunk feeds rows max(begin, 1) ..
+// end - 1, one batched forward pass for all chunks.
+void EagleDrafter::PrefillChunk(const std::vector<PromptChunk> &chunks,
+                                std::vector<absl::Status> *status) {
+  const int64_t W = head_->info().feature_width();
+  std::vector<ForwardSeq> batch;
+  std::vector<size_t> of_chunk;
+  std::vector<float> g;
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    const PromptChunk &c = chunks[k];
+    const size_t first = std::max<size_t>(c.begin, 1);
+    if (first >= c.end)
+      continue;
+    const int64_t n = static_cast<int64_t>(c.end - first);
+    std::vector<float> f(c.features->begin() + (first - 1) * W,
+                         c.features->begin() + (c.end - 1) * W);
+    std::vector<float> chunk_g;
+    (*status)[k] = head_->Fuse(f, n, &chunk_g);
+    if (!(*status)[k].ok())
+      continue;
+    g.insert(g.end(), chunk_g.begin(), chunk_g.end());
+    batch.push_back({seqs_by_id_.at(c.id).handle,
+                     std::vector<int32_t>(c.prompt->begin() + first,
+                                          c.prompt->begin() + c.end),
+                     {},
+                     LogitsMode::kNone});
+    of_chunk.push_back(k);
+  }
+  if (batch.empty())
+    return;
+  ForwardOutput fo;
+  const absl::Status st = head_->Forward(batch, g, &fo);
+  for (size_t b = 0; b < batch.size(); ++b) {
+    (*status)[of_chunk[b]] =
+        st.ok() ? head_->sequences()->Commit(
+                      batch[b].kv_seq,
+                      static_cast<int64_t>(batch[b].tokens.size()))
+                : st;
+  }
 }
 
 absl::Status EagleDrafter::CheckDraftSpec(const DraftSpec &spec) const {

@@ -54,6 +54,8 @@ private:
   };
   explicit EagleDrafter(const DrafterOptions &options);
   absl::Status OpenSequence(const DrafterOpenSpec &spec) override;
+  void PrefillChunk(const std::vector<PromptChunk> &chunks,
+                    std::vector<absl::Status> *status) override;
   absl::Status CheckDraftSpec(const DraftSpec &spec) const override;
   void ReleaseSequence(uint64_t id) override;
   void Advance(const std::vector<AdvanceItem> &items,

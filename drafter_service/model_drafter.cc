@@ -37,26 +37,34 @@ absl::StatusOr<std::unique_ptr<ModelDrafter>> ModelDrafter::Create(const Drafter
 
 absl::Status ModelDrafter::OpenSequence(const DrafterOpenSpec& spec) {
   const uint64_t id = spec.id;
-  const std::vector<int32_t>& prompt = spec.prompt;
-  if (!model_->info().is_recurrent && static_cast<int64_t>(prompt.size()) >= options_.max_context) {
-    return absl::InvalidArgumentError(absl::StrCat("prompt of ", prompt.size(),
+  const size_t prompt_len = spec.prompt.size();
+  if (!model_->info().is_recurrent && static_cast<int64_t>(prompt_len) >= options_.max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt of ", prompt_len,
                                                    " tokens exceeds the drafter context ",
                                                    options_.max_context));
   }
   TS_ASSIGN_OR_RETURN(const int64_t handle,
                       model_->Open(options_.max_context + options_.max_tree_nodes));
-  absl::Status st;
-  if (!prompt.empty()) {
-    ForwardOutput fo;
-    st = model_->Forward({{handle, prompt, {}, LogitsMode::kNone}}, &fo);
-    if (st.ok()) st = model_->Commit(handle, static_cast<int64_t>(prompt.size()));
-  }
-  if (!st.ok()) {
-    model_->Release(handle);
-    return st;
-  }
   handles_[id] = handle;
   return absl::OkStatus();
+}
+
+void ModelDrafter::PrefillChunk(const std::vector<PromptChunk>& chunks,
+                                std::vector<absl::Status>* status) {
+  std::vector<ForwardSeq> batch;
+  for (const PromptChunk& c : chunks) {
+    batch.push_back({handles_.at(c.id),
+                     std::vector<int32_t>(c.prompt->begin() + c.begin, c.prompt->begin() + c.end),
+                     {},
+                     LogitsMode::kNone});
+  }
+  ForwardOutput fo;
+  const absl::Status st = model_->Forward(batch, &fo);
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    (*status)[k] = st.ok() ? model_->Commit(batch[k].kv_seq,
+                                            static_cast<int64_t>(batch[k].tokens.size()))
+                           : st;
+  }
 }
 
 void ModelDrafter::ReleaseSequence(uint64_t id) {

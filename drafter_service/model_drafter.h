@@ -33,6 +33,8 @@ class ModelDrafter final : public TreeDrafter {
  private:
   explicit ModelDrafter(const DrafterOptions& options) : TreeDrafter(options) {}
   absl::Status OpenSequence(const DrafterOpenSpec& spec) override;
+  void PrefillChunk(const std::vector<PromptChunk>& chunks,
+                    std::vector<absl::Status>* status) override;
   void ReleaseSequence(uint64_t id) override;
   void Advance(const std::vector<AdvanceItem>& items, std::vector<float>* logits,
                std::vector<absl::Status>* status) override;

@@ -40,6 +40,8 @@ std::vector<int32_t> ChooseChildren(const float* logits, int64_t vocab, int n, c
   return children;
 }
 
+bool NoneWaiting(std::atomic<int>* waiting) { return waiting->load() == 0; }
+
 // The request a prepared tree was drafted for, field by field.
 bool SameRequest(const DraftSpec& a, const DraftSpec& b) {
   return a.id == b.id && a.step == b.step && a.new_tokens == b.new_tokens && a.shape == b.shape &&
@@ -69,6 +71,10 @@ absl::Status DrafterOptions::Validate() const {
                                                    kMaxTreeNodes, "], got ", max_tree_nodes));
   }
   if (default_top_k < 1) return absl::InvalidArgumentError("--top-k must be >= 1");
+  if (prefill_chunk_tokens < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--prefill-chunk-tokens must be >= 1, got ",
+                                                   prefill_chunk_tokens));
+  }
   if (predraft < 0 || predraft > 16) {
     return absl::InvalidArgumentError(absl::StrCat("--predraft must be in [0, 16], got ", predraft));
   }
@@ -112,16 +118,90 @@ absl::Status ValidateDraftSpec(const DraftSpec& s, int64_t max_tree_nodes, int64
 }
 
 std::vector<absl::Status> TreeDrafter::Open(const std::vector<DrafterOpenSpec>& specs) {
-  ForegroundLock lock(this);
-  std::vector<absl::Status> out;
-  for (const DrafterOpenSpec& spec : specs) {
-    absl::Status st = seqs_.CheckOpen(spec.id);
-    if (st.ok()) st = ValidatePrompt(spec.prompt, vocab_size());
-    if (st.ok()) st = OpenSequence(spec);
-    if (st.ok()) st = seqs_.Insert(spec.id, SeqState{});
-    out.push_back(st);
+  std::vector<absl::Status> out(specs.size());
+  std::vector<Opening> work;
+  {
+    ForegroundLock lock(this);
+    work = BeginOpen(specs, &out);
+  }
+  size_t longest = 0;
+  for (const Opening& o : work) longest = std::max(longest, specs[o.index].prompt.size());
+  const size_t chunk = static_cast<size_t>(std::max<int64_t>(
+      1, options_.prefill_chunk_tokens / std::max<int64_t>(1, static_cast<int64_t>(work.size()))));
+  // Calls waiting for the lock (Draft, Release, ...) go first: live streams
+  // never wait for more than one chunk of somebody else's prompt.
+  for (size_t offset = 0;; offset += chunk) {
+    mu_.LockWhen(absl::Condition(&NoneWaiting, &num_foreground_));
+    FeedChunk(specs, offset, chunk, &work, &out);
+    mu_.Unlock();
+    const bool all_done =
+        std::all_of(work.begin(), work.end(), [](const Opening& o) { return o.done; });
+    if (all_done || offset + chunk >= longest) break;
   }
   return out;
+}
+
+std::vector<TreeDrafter::Opening> TreeDrafter::BeginOpen(const std::vector<DrafterOpenSpec>& specs,
+                                                         std::vector<absl::Status>* out) {
+  std::vector<Opening> work;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const DrafterOpenSpec& spec = specs[i];
+    absl::Status& st = (*out)[i];
+    st = seqs_.CheckOpen(spec.id);
+    if (st.ok()) st = ValidatePrompt(spec.prompt, vocab_size());
+    if (st.ok()) st = OpenSequence(spec);
+    if (!st.ok()) continue;
+    st = seqs_.Insert(spec.id, SeqState{}, /*visible=*/false);
+    if (!st.ok()) {
+      ReleaseSequence(spec.id);
+      continue;
+    }
+    work.push_back({i});
+  }
+  return work;
+}
+
+void TreeDrafter::FailOpen(uint64_t id, absl::Status st, absl::Status* out) {
+  ReleaseSequence(id);
+  seqs_.Erase(id);
+  *out = std::move(st);
+}
+
+void TreeDrafter::FeedChunk(const std::vector<DrafterOpenSpec>& specs, size_t offset, size_t chunk,
+                            std::vector<Opening>* work, std::vector<absl::Status>* out) {
+  std::vector<PromptChunk> chunks;
+  std::vector<Opening*> members;
+  for (Opening& o : *work) {
+    if (o.done) continue;
+    const DrafterOpenSpec& spec = specs[o.index];
+    if (seqs_.FindAny(spec.id)->release_requested) {
+      o.done = true;
+      FailOpen(spec.id,
+               absl::CancelledError(absl::StrCat("sequence_id ", spec.id,
+                                                 " was released while its prompt was prefilled")),
+               &(*out)[o.index]);
+      continue;
+    }
+    const size_t begin = std::min(offset, spec.prompt.size());
+    const size_t end = std::min(spec.prompt.size(), offset + chunk);
+    if (begin < end) chunks.push_back({spec.id, &spec.prompt, begin, end, &spec.features});
+    members.push_back(&o);
+  }
+  std::vector<absl::Status> status(chunks.size());
+  if (!chunks.empty()) PrefillChunk(chunks, &status);
+  size_t c = 0;
+  for (Opening* o : members) {
+    const DrafterOpenSpec& spec = specs[o->index];
+    const bool fed = c < chunks.size() && chunks[c].id == spec.id;
+    if (fed && !status[c].ok()) {
+      o->done = true;
+      FailOpen(spec.id, status[c], &(*out)[o->index]);
+    } else if (offset + chunk >= spec.prompt.size()) {
+      o->done = true;
+      seqs_.Publish(spec.id);
+    }
+    if (fed) ++c;
+  }
 }
 
 absl::Status TreeDrafter::CheckDraft(const DraftSpec& s, BatchIds* ids, SeqState** state) {
@@ -290,6 +370,14 @@ int TreeDrafter::Release(const std::vector<uint64_t>& ids) {
   ForegroundLock lock(this);
   int n = 0;
   for (uint64_t id : ids) {
+    if (!seqs_.IsVisible(id)) {
+      // Still prefilling: its Open cancels it after the current chunk.
+      if (SeqState* opening = seqs_.FindAny(id); opening != nullptr) {
+        opening->release_requested = true;
+        ++n;
+      }
+      continue;
+    }
     std::optional<SeqState> state = seqs_.Erase(id);
     if (!state.has_value()) continue;
     DropPrepared(&*state);

@@ -24,10 +24,20 @@
 // Otherwise the forks are dropped and the draft runs normally. A real call
 // preempts background work between levels (the round in flight is dropped).
 //
+// Prefill never stalls live streams (issue 10 point 3): Open feeds prompts in
+// chunks of at most DrafterOptions::prefill_chunk_tokens and releases the
+// mutex between chunks, letting waiting Draft calls go first, so a live
+// sequence's draft waits for at most one chunk of somebody else's prompt. A
+// sequence being prefilled is invisible to Draft (NOT_FOUND) until its Open
+// returns, but holds its id and its capacity; a Release meanwhile cancels it
+// after the current chunk.
+//
 // The sequence table (ids, steps, leases) is a SequenceTable. Subclasses
-// supply the model hooks: Advance (consume committed tokens and return each
-// root's next-token logits) and Expand (feed one level of new nodes).
-// Thread-safe: one mutex around every public call and the background work.
+// supply the model hooks: OpenSequence / PrefillChunk (consume prompt tokens),
+// Advance (consume committed tokens and return each root's next-token logits)
+// and Expand (feed one level of new nodes).
+// Thread-safe: one mutex around every public call (Open takes it once per
+// prompt chunk) and the background work.
 #pragma once
 
 #include <atomic>
@@ -76,8 +86,23 @@ class TreeDrafter : public Drafter {
     const std::vector<float>* features;  // DraftSpec::features
   };
 
+  // A piece of one sequence's prompt: tokens [begin, end) of `prompt`.
+  struct PromptChunk {
+    uint64_t id;
+    const std::vector<int32_t>* prompt;
+    size_t begin;
+    size_t end;
+    const std::vector<float>* features;  // DrafterOpenSpec::features
+  };
+
   // Model hooks, called with mu_ held.
+  // Opens model state for `spec.id` with room for its prompt (fed by
+  // PrefillChunk) and its trees; checks the spec's kind-specific fields.
   virtual absl::Status OpenSequence(const DrafterOpenSpec& spec) = 0;
+  // Consumes each chunk's tokens as committed (one batched call). Per-chunk
+  // failures go to `status`; the caller then releases that sequence.
+  virtual void PrefillChunk(const std::vector<PromptChunk>& chunks,
+                            std::vector<absl::Status>* status) = 0;
   // Kind-specific checks of a request before anything changes (e.g. the
   // features' size); a failure leaves the sequence as it was.
   virtual absl::Status CheckDraftSpec(const DraftSpec& spec) const { return absl::OkStatus(); }
@@ -119,6 +144,13 @@ class TreeDrafter : public Drafter {
     // Draft fails with FAILED_PRECONDITION until the caller reopens it.
     bool broken = false;
     std::vector<Prepared> prepared;
+    // Release while its Open was prefilling: the Open cancels it.
+    bool release_requested = false;
+  };
+  // A sequence of an Open call being prefilled.
+  struct Opening {
+    size_t index;  // in the Open call's specs
+    bool done = false;
   };
   // One tree to build on model sequence `model_id` (the sequence's own or a
   // fork). out: status, tree, node_logits [num_nodes][V].
@@ -140,6 +172,15 @@ class TreeDrafter : public Drafter {
     std::vector<PredictedOutcome> outcomes;  // filled at round 0
   };
 
+  // Open's steps: check and insert hidden (statuses to `out`); feed the
+  // chunk at `offset` of every unfinished opening; publish the finished.
+  std::vector<Opening> BeginOpen(const std::vector<DrafterOpenSpec>& specs,
+                                 std::vector<absl::Status>* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FeedChunk(const std::vector<DrafterOpenSpec>& specs, size_t offset, size_t chunk,
+                 std::vector<Opening>* work, std::vector<absl::Status>* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailOpen(uint64_t id, absl::Status st, absl::Status* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Checks one DraftSpec against the table; OK when it may be drafted.
   absl::Status CheckDraft(const DraftSpec& s, BatchIds* ids, SeqState** state)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -172,7 +213,8 @@ class TreeDrafter : public Drafter {
   bool WantsPredraft(const DraftSpec& s) const;
 
   SequenceTable<SeqState> seqs_ ABSL_GUARDED_BY(mu_);
-  // Public calls waiting for mu_: the background yields to them.
+  // Public calls waiting for mu_: the background and a prefilling Open yield
+  // to them.
   mutable std::atomic<int> num_foreground_{0};
   // The last Draft's answered trees and the next outcome rank to pre-draft.
   std::vector<PredraftSeed> pending_ ABSL_GUARDED_BY(mu_);

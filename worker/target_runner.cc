@@ -16,10 +16,11 @@ int64_t NowNs() {
       .count();
 }
 
-bool NoVerifyWaiting(std::atomic<int>* waiting) { return waiting->load() == 0; }
+
+}  // namespace
 
 // `a` followed by the layers of `b` not in it.
-std::vector<int32_t> UnionLayers(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+std::vector<int32_t> TargetRunner::UnionLayers(std::vector<int32_t> a, const std::vector<int32_t>& b) {
   for (int32_t l : b) {
     if (std::find(a.begin(), a.end(), l) == a.end()) a.push_back(l);
   }
@@ -29,9 +30,9 @@ std::vector<int32_t> UnionLayers(std::vector<int32_t> a, const std::vector<int32
 // Appends to `out`, for each of `rows` (relative to `row0`), the hidden states
 // of `want` (each in `have`, the pass's ForwardOptions::hidden_layers) side by
 // side: [rows, want.size() * hidden].
-void AppendFeatures(const ForwardOutput& fo, const std::vector<int32_t>& have,
-                    const std::vector<int32_t>& want, int32_t row0,
-                    const std::vector<int32_t>& rows, std::vector<float>* out) {
+void TargetRunner::AppendFeatures(const ForwardOutput& fo, const std::vector<int32_t>& have,
+                                  const std::vector<int32_t>& want, int32_t row0,
+                                  const std::vector<int32_t>& rows, std::vector<float>* out) {
   const int64_t H = fo.hidden_size;
   const int64_t R = have.empty() ? 0 : static_cast<int64_t>(fo.hidden.size()) / (H * have.size());
   for (int32_t r : rows) {
@@ -42,8 +43,6 @@ void AppendFeatures(const ForwardOutput& fo, const std::vector<int32_t>& have,
     }
   }
 }
-
-}  // namespace
 
 absl::Status TargetRunnerOptions::Validate() const {
   if (max_context < 2) {
@@ -70,7 +69,8 @@ absl::Status TargetRunnerOptions::Validate() const {
 TargetRunner::TargetRunner(SequenceModel* model, TargetRunnerOptions options, Clock clock)
     : model_(model),
       options_(options),
-      table_(SequenceTableOptions{options.max_sequences, options.sequence_lease}, std::move(clock)) {}
+      table_(SequenceTableOptions{options.max_sequences, options.sequence_lease}, std::move(clock)),
+      pass_time_({"pass", "tokens"}, LinearTimeModelOptions{.window = 64}) {}
 
 bool TargetRunner::HasSequence(uint64_t id) const {
   absl::MutexLock lock(&mu_);
@@ -116,152 +116,6 @@ absl::Status TargetRunner::CheckOpen(const OpenSpec& spec) const {
   return spec.sampling.Validate();
 }
 
-int32_t TargetRunner::SampleFirst(const Seq& seq, const float* logits) const {
-  const int64_t V = model_->info().vocab_size;
-  if (seq.sampling.greedy()) return Argmax(logits, V);
-  std::vector<float> probs;
-  ProcessLogits(logits, V, seq.sampling, &probs);
-  return SampleDense(probs, Uniform({seq.seed, RngStream::kVerify, 0, 0}, 0));
-}
-
-void TargetRunner::FailOpen(uint64_t id, int64_t handle, absl::Status st, OpenOutcome* out) {
-  model_->Release(handle);
-  table_.Erase(id);
-  out->status = std::move(st);
-}
-
-std::vector<OpenOutcome> TargetRunner::Open(const std::vector<OpenSpec>& specs) {
-  std::vector<OpenOutcome> out(specs.size());
-  std::vector<Prefilling> work;
-  size_t longest = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    BatchIds ids;
-    for (size_t i = 0; i < specs.size(); ++i) {
-      const OpenSpec& spec = specs[i];
-      out[i].id = spec.id;
-      out[i].status = CheckOpen(spec);
-      if (out[i].status.ok()) out[i].status = ids.Add(spec.id);
-      if (!out[i].status.ok()) continue;
-      Seq seq;
-      seq.sampling = spec.sampling;
-      seq.seed = spec.seed;
-      seq.feature_layers = spec.feature_layers;
-      seq.max_total = spec.max_total_tokens > 0 ? spec.max_total_tokens : options_.max_context;
-      absl::StatusOr<int64_t> handle = model_->Open(seq.max_total + options_.max_tree_nodes);
-      if (!handle.ok()) {
-        out[i].status = handle.status();
-        continue;
-      }
-      seq.handle = *handle;
-      out[i].status = table_.Insert(spec.id, seq, /*visible=*/false);
-      if (!out[i].status.ok()) {
-        model_->Release(*handle);
-        continue;
-      }
-      work.push_back({i, *handle});
-      longest = std::max(longest, spec.prompt.size());
-    }
-  }
-  for (size_t offset = 0; offset < longest;) {
-    // Verify calls waiting for the lock go first: live streams never wait
-    // for more than one chunk of somebody else's prompt.
-    mu_.LockWhen(absl::Condition(&NoVerifyWaiting, &verifies_waiting_));
-    const size_t chunk = ChunkTokens(work.size());
-    const int64_t t0 = NowNs();
-    const int64_t tokens = PrefillChunk(specs, offset, chunk, &work, &out);
-    if (tokens > 0) {
-      const double per_token = static_cast<double>(NowNs() - t0) / tokens;
-      prefill_ns_per_token_ = prefill_ns_per_token_ > 0
-                                  ? 0.8 * prefill_ns_per_token_ + 0.2 * per_token
-                                  : per_token;
-    }
-    mu_.Unlock();
-    offset += chunk;
-  }
-  return out;
-}
-
-size_t TargetRunner::ChunkTokens(size_t num_seqs) const {
-  // Verify batches this recent mean live streams: keep each chunk's forward
-  // pass at about half of theirs (Sarathi-style chunked prefill), so a live
-  // step waits for at most half a step of this prompt.
-  constexpr absl::Duration kLive = absl::Milliseconds(250);
-  int64_t budget = options_.prefill_chunk_tokens;
-  if (absl::Now() - last_verify_at_ < kLive) {
-    const int64_t fit = prefill_ns_per_token_ > 0
-                            ? static_cast<int64_t>(0.5 * last_verify_ns_ / prefill_ns_per_token_)
-                            : last_verify_tokens_ / 2;
-    budget = std::clamp<int64_t>(fit, 1, budget);
-  }
-  return static_cast<size_t>(
-      std::max<int64_t>(1, budget / std::max<int64_t>(1, static_cast<int64_t>(num_seqs))));
-}
-
-int64_t TargetRunner::PrefillChunk(const std::vector<OpenSpec>& specs, size_t offset, size_t chunk,
-                                std::vector<Prefilling>* work, std::vector<OpenOutcome>* out) {
-  std::vector<ForwardSeq> batch;
-  std::vector<Prefilling*> members;
-  for (Prefilling& p : *work) {
-    const OpenSpec& spec = specs[p.index];
-    if (p.done) continue;
-    Seq* seq = table_.FindAny(spec.id);
-    if (seq != nullptr && seq->release_requested) {
-      p.done = true;
-      FailOpen(spec.id, p.handle,
-               absl::CancelledError(absl::StrCat("sequence_id ", spec.id,
-                                                 " was released while its prompt was prefilled")),
-               &(*out)[p.index]);
-      continue;
-    }
-    const size_t end = std::min(spec.prompt.size(), offset + chunk);
-    const bool last = end == spec.prompt.size();
-    // A drafter reading features needs every prompt row's hidden states.
-    const bool rows = !spec.feature_layers.empty();
-    batch.push_back({p.handle,
-                     std::vector<int32_t>(spec.prompt.begin() + offset, spec.prompt.begin() + end),
-                     {},
-                     rows ? LogitsMode::kAll : last ? LogitsMode::kLast : LogitsMode::kNone});
-    members.push_back(&p);
-  }
-  if (batch.empty()) return 0;
-  ForwardOutput fo;
-  ForwardOptions options;
-  for (const Prefilling* p : members) {
-    options.hidden_layers = UnionLayers(options.hidden_layers, specs[p->index].feature_layers);
-  }
-  absl::Status st = model_->Forward(batch, &fo, options);
-  for (size_t b = 0; b < batch.size(); ++b) {
-    Prefilling& p = *members[b];
-    const uint64_t id = specs[p.index].id;
-    OpenOutcome& o = (*out)[p.index];
-    absl::Status seq_st = st;
-    if (seq_st.ok()) seq_st = model_->Commit(p.handle, static_cast<int64_t>(batch[b].tokens.size()));
-    if (!seq_st.ok()) {
-      p.done = true;
-      FailOpen(id, p.handle, seq_st, &o);
-      continue;
-    }
-    const std::vector<int32_t>& layers = specs[p.index].feature_layers;
-    if (!layers.empty()) {
-      std::vector<int32_t> rows(batch[b].tokens.size());
-      for (size_t r = 0; r < rows.size(); ++r) rows[r] = static_cast<int32_t>(r);
-      AppendFeatures(fo, options.hidden_layers, layers, fo.row_start[b], rows, &o.features);
-    }
-    const size_t end = offset + batch[b].tokens.size();
-    if (end != specs[p.index].prompt.size()) continue;
-    Seq* seq = table_.FindAny(id);
-    seq->pending = SampleFirst(*seq, fo.row_logits(fo.row_start[b + 1] - 1));
-    seq->num_tokens = static_cast<int64_t>(specs[p.index].prompt.size()) + 1;
-    o.first_token = seq->pending;
-    p.done = true;
-    table_.Publish(id);
-  }
-  int64_t tokens = 0;
-  for (const ForwardSeq& f : batch) tokens += static_cast<int64_t>(f.tokens.size());
-  return tokens;
-}
-
 absl::Status TargetRunner::CheckStep(const StepSpec& step, const Seq& seq,
                                      VerifyMode mode) const {
   TS_RETURN_IF_ERROR(table_.CheckStep(step.id, step.step, "step", "committed"));
@@ -285,74 +139,51 @@ absl::Status TargetRunner::CheckStep(const StepSpec& step, const Seq& seq,
 
 std::vector<StepOutcome> TargetRunner::Verify(const std::vector<StepSpec>& steps,
                                               StepTimings* timings) {
-  verifies_waiting_.fetch_add(1);
+  calls_waiting_.fetch_add(1);
   absl::MutexLock lock(&mu_);
-  verifies_waiting_.fetch_sub(1);
+  calls_waiting_.fetch_sub(1);
   std::vector<StepOutcome> out(steps.size());
-  std::vector<ForwardSeq> batch;
-  std::vector<size_t> batch_index;
-  std::vector<Seq*> batch_seq;
-  std::vector<VerifyMode> modes(steps.size(), VerifyMode::kGreedy);
-  BatchIds ids;
-  for (size_t i = 0; i < steps.size(); ++i) {
-    const StepSpec& s = steps[i];
-    out[i].id = s.id;
-    out[i].step = s.step;
-    if (!s.invalid.ok()) {
-      out[i].status = s.invalid;
-      continue;
-    }
-    absl::StatusOr<Seq*> seq = table_.Find(s.id);
-    out[i].status = seq.status();
-    if (out[i].status.ok()) out[i].status = ids.Add(s.id);
-    if (!out[i].status.ok()) continue;
-    modes[i] = s.mode.value_or((*seq)->sampling.greedy() ? VerifyMode::kGreedy
-                                                          : VerifyMode::kMultiRound);
-    out[i].status = CheckStep(s, **seq, modes[i]);
-    if (!out[i].status.ok()) continue;
-    batch.push_back({(*seq)->handle, s.tree.tokens, s.tree.parents, LogitsMode::kAll});
-    batch_index.push_back(i);
-    batch_seq.push_back(*seq);
-  }
-  // A batch verified greedily only needs each row's argmax, computed on the
-  // device: no logits leave it.
-  ForwardOptions options;
-  options.argmax_only = !batch.empty();
-  for (const Seq* seq : batch_seq) {
-    options.hidden_layers = UnionLayers(options.hidden_layers, seq->feature_layers);
-  }
-  for (size_t b = 0; b < batch.size(); ++b) {
-    if (modes[batch_index[b]] != VerifyMode::kGreedy && !batch_seq[b]->sampling.greedy()) {
-      options.argmax_only = false;
-    }
-  }
-  if (!batch.empty()) {
-    last_verify_tokens_ = 0;
-    for (const ForwardSeq& f : batch) last_verify_tokens_ += static_cast<int64_t>(f.tokens.size());
-  }
+  VerifyBatch vb = PlanVerify(steps, &out);
+  std::vector<ForwardSeq>& batch = vb.batch;
+  const size_t num_verify = batch.size();
+  int64_t verify_tokens = 0;
+  for (const ForwardSeq& f : batch) verify_tokens += static_cast<int64_t>(f.tokens.size());
+  // Waiting prompts ride on this pass (target_runner_prefill.cc).
+  std::vector<Prefill*> pieces;
+  if (num_verify > 0) pieces = TakePieces(FusedTokens(verify_tokens), &batch);
+  ForwardOptions options = VerifyOptions(vb, pieces);
+  int64_t pass_tokens = 0;
+  for (const ForwardSeq& f : batch) pass_tokens += static_cast<int64_t>(f.tokens.size());
   const int64_t t0 = NowNs();
   ForwardOutput fo;
   absl::Status st = batch.empty() ? absl::OkStatus() : model_->Forward(batch, &fo, options);
   const int64_t t1 = NowNs();
-  if (!batch.empty()) {
+  if (num_verify > 0) {
+    const absl::Time now = absl::Now();
+    if (last_verify_at_ != absl::InfinitePast()) {
+      const double interval = absl::ToDoubleSeconds(now - last_verify_at_);
+      verify_interval_s_ =
+          verify_interval_s_ > 0 ? 0.8 * verify_interval_s_ + 0.2 * interval : interval;
+    }
+    last_verify_tokens_ = verify_tokens;
     last_verify_ns_ = t1 - t0;
-    last_verify_at_ = absl::Now();
+    last_verify_at_ = now;
+    ObservePass(pass_tokens, t1 - t0);
   }
-  const int64_t V = model_->info().vocab_size;
-  for (size_t b = 0; b < batch.size(); ++b) {
-    StepOutcome& o = out[batch_index[b]];
-    const StepSpec& s = steps[batch_index[b]];
-    Seq& seq = *batch_seq[b];
+  for (size_t b = 0; b < num_verify; ++b) {
+    StepOutcome& o = out[vb.index[b]];
+    const StepSpec& s = steps[vb.index[b]];
+    Seq& seq = *vb.seqs[b];
     if (!st.ok()) {
       o.status = st;
       continue;
     }
-    VerifyResult r =
-        options.argmax_only
-            ? VerifyGreedyArgmax(s.tree, fo.argmax.data() + fo.row_start[b])
-            : treespec::Verify(modes[batch_index[b]], s.tree, fo.row_logits(fo.row_start[b]), V,
-                               seq.sampling,
-                               RngKey{seq.seed, RngStream::kVerify, static_cast<uint32_t>(s.step), 0});
+    absl::StatusOr<VerifyResult> verified = AcceptPath(vb, b, s, fo);
+    if (!verified.ok()) {
+      o.status = verified.status();
+      continue;
+    }
+    const VerifyResult& r = *verified;
     o.status = model_->CommitPath(seq.handle, r.path);
     if (!o.status.ok()) continue;
     o.tokens = r.NewTokens();
@@ -366,15 +197,106 @@ std::vector<StepOutcome> TargetRunner::Verify(const std::vector<StepSpec>& steps
     seq.num_tokens += static_cast<int64_t>(o.tokens.size());
     table_.AdvanceStep(s.id);
   }
+  FinishPieces(pieces, batch, num_verify, st, fo, options.hidden_layers);
   if (timings != nullptr) {
-    timings->forward_ns = t1 - t0;
+    // The trees' share of the pass: the coordinator's cost model plans trees,
+    // not somebody else's prompt.
+    timings->forward_ns =
+        pass_tokens > 0 ? (t1 - t0) * verify_tokens / pass_tokens : t1 - t0;
     timings->verify_ns = NowNs() - t1;
   }
   return out;
 }
 
+ForwardOptions TargetRunner::VerifyOptions(const VerifyBatch& vb,
+                                           const std::vector<Prefill*>& pieces) {
+  // A pass whose rows are all read greedily only needs each row's argmax,
+  // computed on the device: no logits leave it. With sampled rows the device
+  // also turns them into probabilities, and only the rows each walk visits
+  // come back (ForwardOptions::row_sampling). Prompt pieces read one row, the
+  // last piece's, for the first token.
+  ForwardOptions options;
+  bool sampled = false;
+  for (size_t b = 0; b < vb.seqs.size(); ++b) {
+    const bool greedy = vb.greedy(b);
+    options.row_sampling.push_back(greedy ? SamplingParams{} : vb.seqs[b]->sampling);
+    sampled = sampled || !greedy;
+  }
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const Seq* seq = table_.FindAny(pieces[k]->id);
+    const bool last = pieces[k]->fed + vb.batch[vb.seqs.size() + k].tokens.size() ==
+                      pieces[k]->prompt->size();
+    const bool greedy = !last || seq->sampling.greedy();
+    options.row_sampling.push_back(greedy ? SamplingParams{} : seq->sampling);
+    sampled = sampled || !greedy;
+  }
+  options.argmax_only = !sampled && !vb.batch.empty();
+  if (!sampled) options.row_sampling.clear();
+  // Drafters reading features (EAGLE heads) get the hidden states of the
+  // accepted nodes and of every prompt row.
+  for (const Seq* seq : vb.seqs) {
+    options.hidden_layers = UnionLayers(options.hidden_layers, seq->feature_layers);
+  }
+  for (const Prefill* p : pieces) {
+    options.hidden_layers =
+        UnionLayers(options.hidden_layers, table_.FindAny(p->id)->feature_layers);
+  }
+  return options;
+}
+
+TargetRunner::VerifyBatch TargetRunner::PlanVerify(const std::vector<StepSpec>& steps,
+                                                   std::vector<StepOutcome>* out) {
+  VerifyBatch vb;
+  BatchIds ids;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const StepSpec& s = steps[i];
+    StepOutcome& o = (*out)[i];
+    o.id = s.id;
+    o.step = s.step;
+    if (!s.invalid.ok()) {
+      o.status = s.invalid;
+      continue;
+    }
+    absl::StatusOr<Seq*> seq = table_.Find(s.id);
+    o.status = seq.status();
+    if (o.status.ok()) o.status = ids.Add(s.id);
+    if (!o.status.ok()) continue;
+    const VerifyMode mode = s.mode.value_or((*seq)->sampling.greedy() ? VerifyMode::kGreedy
+                                                                      : VerifyMode::kMultiRound);
+    o.status = CheckStep(s, **seq, mode);
+    if (!o.status.ok()) continue;
+    vb.batch.push_back({(*seq)->handle, s.tree.tokens, s.tree.parents, LogitsMode::kAll});
+    vb.index.push_back(i);
+    vb.seqs.push_back(*seq);
+    vb.modes.push_back(mode);
+  }
+  return vb;
+}
+
+absl::StatusOr<VerifyResult> TargetRunner::AcceptPath(const VerifyBatch& vb, size_t b,
+                                                      const StepSpec& s,
+                                                      const ForwardOutput& fo) const {
+  const Seq& seq = *vb.seqs[b];
+  const int64_t V = model_->info().vocab_size;
+  const int32_t first_row = fo.row_start[b];
+  const RngKey key{seq.seed, RngStream::kVerify, static_cast<uint32_t>(s.step), 0};
+  if (!fo.logits.empty()) {
+    // The model returned every row (it does not keep rows on the device).
+    return treespec::Verify(vb.modes[b], s.tree, fo.row_logits(first_row), V, seq.sampling, key);
+  }
+  if (vb.greedy(b)) return VerifyGreedyArgmax(s.tree, fo.argmax.data() + first_row);
+  std::vector<float> row(V);
+  return VerifySampledRows(vb.modes[b], s.tree, V, seq.sampling, key,
+                           [&](int32_t v) -> absl::StatusOr<const float*> {
+                             TS_RETURN_IF_ERROR(fo.fetch_probs(first_row + v, row.data()));
+                             return row.data();
+                           });
+}
+
 int TargetRunner::Release(const std::vector<uint64_t>& ids) {
+  calls_waiting_.fetch_add(1);
   absl::MutexLock lock(&mu_);
+  calls_waiting_.fetch_sub(1);
   int n = 0;
   for (uint64_t id : ids) {
     if (!table_.IsVisible(id)) {

@@ -7,11 +7,13 @@
 // over every sequence's packed tree, then per sequence accepts a path
 // (core/spec/verify.h), commits it in the model and advances.
 //
-// Prefill never stalls live streams: Open prefills in chunks of at most
-// prefill_chunk_tokens and releases the lock between chunks (letting waiting
-// Verify calls go first), so a long prompt delays a live sequence's step by at
-// most one chunk. A sequence being prefilled is invisible to Verify until its
-// Open completes (NOT_FOUND), but holds its id and its capacity.
+// Prefill never stalls live streams (target_runner_prefill.cc): while Verify
+// calls come, each Verify pass also carries the next piece of the waiting
+// prompts, sized so that the piece adds about half to the pass (chunked
+// prefill fused with decoding, as Sarathi-Serve does); without live streams
+// Open runs its own chunks of at most prefill_chunk_tokens, releasing the
+// lock between them. A sequence being prefilled is invisible to Verify until
+// its Open completes (NOT_FOUND), but holds its id and its capacity.
 //
 // Failures are per sequence: a bad tree, a repeated step or a full model
 // fails only that sequence's result. Capacity for a sequence's whole budget
@@ -44,6 +46,7 @@
 #include "absl/time/time.h"
 #include "core/model/sequence_model.h"
 #include "core/model/sequence_table.h"
+#include "core/spec/linear_time_model.h"
 #include "core/spec/sampling.h"
 #include "core/spec/token_tree.h"
 #include "core/spec/verify.h"
@@ -54,10 +57,10 @@ struct TargetRunnerOptions {
   int64_t max_context = 2048;    // prompt + completion
   int64_t max_tree_nodes = 128;  // per sequence per step, root included
   int64_t max_sequences = 256;
-  // Longest prompt piece prefilled under the lock at once. While other
-  // sequences are verifying, a piece is sized to take about half their last
-  // verify pass (from the measured prefill time per token), so a live
-  // stream's step waits for at most half a step of somebody else's prompt.
+  // Longest prompt piece prefilled in one pass. While other sequences are
+  // verifying, a piece rides on their Verify pass, sized to add about half
+  // to it (from the measured pass times), so a live stream's step takes at
+  // most about 1.5 times as long while somebody else's prompt is admitted.
   int64_t prefill_chunk_tokens = 256;
   // Sequences untouched this long are released by ReleaseExpired (zero: never).
   absl::Duration sequence_lease = absl::ZeroDuration();
@@ -107,6 +110,8 @@ struct StepOutcome {
 };
 
 struct StepTimings {
+  // The forward pass, less the share of the prompt pieces it carried (in
+  // proportion to their tokens).
   int64_t forward_ns = 0;
   int64_t verify_ns = 0;
 };
@@ -149,38 +154,101 @@ class TargetRunner {
     bool release_requested = false;  // Release while its Open was prefilling
     std::vector<int32_t> feature_layers;
   };
-  // A sequence of an Open call being prefilled.
-  struct Prefilling {
-    size_t index;  // in the Open call's specs
-    int64_t handle;
-    bool done = false;
+  // A sequence whose prompt is being prefilled: owned by its Open call and
+  // listed in prefilling_ until that call returns.
+  struct Prefill {
+    uint64_t id = 0;
+    int64_t handle = 0;
+    const std::vector<int32_t>* prompt = nullptr;
+    size_t fed = 0;     // prompt tokens consumed so far
+    bool done = false;  // published, failed or cancelled
+    OpenOutcome* out = nullptr;
+  };
+  // The sequences of a Verify call that pass their checks, in batch order.
+  struct VerifyBatch {
+    std::vector<ForwardSeq> batch;
+    std::vector<size_t> index;  // in the call's steps
+    std::vector<Seq*> seqs;
+    std::vector<VerifyMode> modes;
+    bool greedy(size_t b) const {
+      return modes[b] == VerifyMode::kGreedy || seqs[b]->sampling.greedy();
+    }
   };
   absl::Status CheckOpen(const OpenSpec& spec) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The pass options for `vb`'s trees followed by prompt `pieces`.
+  ForwardOptions VerifyOptions(const VerifyBatch& vb, const std::vector<Prefill*>& pieces)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checks every step (failures go to `out`) and packs the others' trees.
+  VerifyBatch PlanVerify(const std::vector<StepSpec>& steps, std::vector<StepOutcome>* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The path batch member `b` accepts, from the forward pass's rows: host
+  // logits where the model returned them, else the device argmax (greedy) or
+  // the processed rows the walk visits, fetched one by one (sampled).
+  absl::StatusOr<VerifyResult> AcceptPath(const VerifyBatch& vb, size_t b, const StepSpec& s,
+                                          const ForwardOutput& fo) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckStep(const StepSpec& step, const Seq& seq, VerifyMode mode) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  int32_t SampleFirst(const Seq& seq, const float* logits) const;
-  // Prompt tokens per sequence for the next chunk of an Open of `num_seqs`.
-  size_t ChunkTokens(size_t num_seqs) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Runs the prompt chunk [offset, offset + chunk) of every unfinished
-  // sequence; returns the tokens it fed.
-  int64_t PrefillChunk(const std::vector<OpenSpec>& specs, size_t offset, size_t chunk,
-                    std::vector<Prefilling>* work, std::vector<OpenOutcome>* out)
+  // The first token after a prompt from its last row `row` of `fo`: host
+  // logits where the model returned them, else the device argmax (greedy) or
+  // the row's processed distribution (sampled; ForwardOptions::row_sampling).
+  absl::StatusOr<int32_t> FirstToken(const Seq& seq, const ForwardOutput& fo, int64_t row) const;
+  // `a` followed by the layers of `b` not in it.
+  static std::vector<int32_t> UnionLayers(std::vector<int32_t> a, const std::vector<int32_t>& b);
+  // Appends to `out`, for each of `rows` (relative to `row0`), the hidden
+  // states of `want` (each in `have`, the pass's ForwardOptions::hidden_layers)
+  // side by side: [rows, want.size() * hidden].
+  static void AppendFeatures(const ForwardOutput& fo, const std::vector<int32_t>& have,
+                             const std::vector<int32_t>& want, int32_t row0,
+                             const std::vector<int32_t>& rows, std::vector<float>* out);
+  // ---- prefill (target_runner_prefill.cc) ----
+  // Checks, opens and inserts (hidden) each spec; failures go to `out`.
+  std::vector<Prefill> BeginOpen(const std::vector<OpenSpec>& specs,
+                                 std::vector<OpenOutcome>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether Verify passes come often enough to carry the waiting prompts.
+  bool StreamsLive() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Duration IdleWait() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Prompt tokens of an Open's own pass (no Verify to ride on).
+  int64_t ChunkTokens() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Prompt tokens a Verify pass of `verify_tokens` tree nodes carries.
+  int64_t FusedTokens(int64_t verify_tokens) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends to `batch` the next pieces of the waiting prompts, oldest first,
+  // `budget` tokens in all, and returns their Prefills (one per piece).
+  // Cancels those released meanwhile.
+  std::vector<Prefill*> TakePieces(int64_t budget, std::vector<ForwardSeq>* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void FailOpen(uint64_t id, int64_t handle, absl::Status st, OpenOutcome* out)
+  // The pieces ran as batch entries [first, first + pieces.size()) of a pass
+  // that returned `st`: commits them, and samples the first token of and
+  // publishes each sequence whose prompt is complete (failures fail the Open).
+  // Features (OpenSpec::feature_layers) of every piece row go to its Open's
+  // outcome; `hidden_layers` are the pass's ForwardOptions::hidden_layers.
+  void FinishPieces(const std::vector<Prefill*>& pieces, const std::vector<ForwardSeq>& batch,
+                    size_t first, const absl::Status& st, const ForwardOutput& fo,
+                    const std::vector<int32_t>& hidden_layers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One pass of prompt pieces alone.
+  void RunOwnChunk() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailOpen(Prefill* p, absl::Status st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Feeds the pass-time model with a forward pass of `tokens` tokens.
+  void ObservePass(int64_t tokens, int64_t ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   SequenceModel* const model_;
   const TargetRunnerOptions options_;
   mutable absl::Mutex mu_;
-  // Verify calls waiting for mu_: a prefilling Open lets them go first.
-  std::atomic<int> verifies_waiting_{0};
+  // Verify and Release calls waiting for mu_: a prefilling Open lets them
+  // go first.
+  std::atomic<int> calls_waiting_{0};
   SequenceTable<Seq> table_ ABSL_GUARDED_BY(mu_);
-  // Chunk sizing: the last Verify's forward pass (tokens, time, when) and a
-  // running estimate of a prefill chunk's time per token.
+  // Prompts being prefilled, oldest first.
+  std::vector<Prefill*> prefilling_ ABSL_GUARDED_BY(mu_);
+  // Piece sizing: the last Verify's forward pass (tokens, time, when), the
+  // mean interval between Verify calls, and a fit of every pass's time as
+  // fixed + per_token * tokens.
   int64_t last_verify_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t last_verify_ns_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_verify_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  double prefill_ns_per_token_ ABSL_GUARDED_BY(mu_) = 0;
+  double verify_interval_s_ ABSL_GUARDED_BY(mu_) = 0;
+  LinearTimeModel pass_time_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace treespec

@@ -12,7 +12,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
+
+#include "absl/status/status.h"
+#include "core/spec/sampling.h"
 
 namespace treespec {
 
@@ -42,6 +46,16 @@ struct ForwardOptions {
   // computes its own inputs, core/model/eagle_head.h). Token ids are still
   // checked and set the positions; LlamaModel only.
   const Tensor* input_rows = nullptr;
+  // Empty, or one entry per ForwardSeq: the sampling of the sequences whose
+  // rows the caller reads as processed distributions (ProcessLogits; entries
+  // with temperature 0 read none). A model that can keeps the logits on the
+  // device, turns those rows into probabilities there
+  // (Backend::ProcessLogitsRows), fills out->argmax for every row and
+  // out->fetch_probs, and leaves out->logits empty, so that only the rows the
+  // caller fetches leave the device (sampled verification reads one row per
+  // node of the accepted path, not the whole tree). Other models (tensor
+  // parallel, Mamba) ignore it and return out->logits as usual.
+  std::vector<SamplingParams> row_sampling;
 };
 
 struct ForwardOutput {
@@ -51,6 +65,10 @@ struct ForwardOutput {
   std::vector<float> hidden;         // [layers asked for, num_rows, hidden] (ForwardOptions)
   std::vector<int32_t> argmax;       // [num_rows] with ForwardOptions::argmax_only
   std::vector<int32_t> row_start;    // [S + 1]: rows of sequence s are [row_start[s], row_start[s+1])
+  // With ForwardOptions::row_sampling where the model honours it: copies the
+  // processed distribution of `row` (a row of a sampled sequence) to the
+  // host. out: probs [vocab]. Valid until the model's next call.
+  std::function<absl::Status(int64_t row, float* probs)> fetch_probs;
   const float* row_logits(int64_t row) const { return logits.data() + row * vocab_size; }
 };
 

@@ -141,6 +141,116 @@ KvCacheOptions LlamaModel::KvOptions(int64_t num_blocks, int64_t block_size) con
   return o;
 }
 
+absl::Status LlamaModel::AddSequence(const ForwardSeq& s, size_t si, HostBatch* hb) const {
+  const int64_t V = config_.vocab_size;
+  AttentionBatch& batch = hb->attn;
+  const int n = static_cast<int>(s.tokens.size());
+  const int32_t base = batch.context_lens[si];
+  const int32_t t0 = static_cast<int32_t>(hb->tokens.size());
+  for (int i = 0; i < n; ++i) {
+    if (s.tokens[i] < 0 || s.tokens[i] >= V) {
+      return absl::InvalidArgumentError(absl::StrCat("token id ", s.tokens[i],
+                                                     " is outside the vocabulary [0, ", V, ")"));
+    }
+  }
+  hb->tokens.insert(hb->tokens.end(), s.tokens.begin(), s.tokens.end());
+  if (s.parents.empty()) {
+    for (int i = 0; i < n; ++i) hb->positions.push_back(base + s.num_prior + i);
+  } else {
+    const int prior = s.num_prior, total = prior + n;
+    if (static_cast<int>(s.parents.size()) != total) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tree: ", s.parents.size(), " parents for ", prior, " prior + ", n, " new nodes"));
+    }
+    PackedTree packed;
+    TS_RETURN_IF_ERROR(PackTree(s.parents, &packed));
+    const int words = packed.words_per_row;
+    batch.mask_offset[si] = static_cast<int32_t>(batch.mask_words.size());
+    batch.mask_words.insert(batch.mask_words.end(), packed.masks.begin() + prior * words,
+                            packed.masks.end());
+    for (int i = prior; i < total; ++i) hb->positions.push_back(base + packed.depth[i]);
+    if (config_.sliding_window) {
+      batch.tail_depth_offset[si] = static_cast<int32_t>(batch.tail_depths.size());
+      batch.tail_depths.insert(batch.tail_depths.end(), packed.depth.begin(), packed.depth.end());
+    }
+  }
+  const int64_t limit = config_.MaxExactPosition();
+  for (int32_t i = t0; i < static_cast<int32_t>(hb->positions.size()); ++i) {
+    if (hb->positions[i] >= limit) {
+      return absl::OutOfRangeError(absl::StrCat(
+          "position ", hb->positions[i], " is past ", limit, " (rope type '",
+          config_.rope_scaling->type,
+          "'): transformers switches frequencies there depending on each forward call's "
+          "length while cached keys keep theirs, which treespec does not reproduce"));
+    }
+  }
+  if (s.logits == LogitsMode::kLast && n > 0) hb->logit_rows.push_back(t0 + n - 1);
+  if (s.logits == LogitsMode::kAll) {
+    for (int i = 0; i < n; ++i) hb->logit_rows.push_back(t0 + i);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LlamaModel::DescribeBatch(const std::vector<ForwardSeq>& seqs, PagedKvCache* cache,
+                                       HostBatch* hb, ForwardOutput* out) const {
+  std::vector<int64_t> kv_ids;
+  std::vector<int> num_new, num_prior;
+  out->row_start.assign(1, 0);
+  for (const ForwardSeq& s : seqs) {
+    kv_ids.push_back(s.kv_seq);
+    num_new.push_back(static_cast<int>(s.tokens.size()));
+    num_prior.push_back(s.num_prior);
+    if (s.num_prior < 0) return absl::InvalidArgumentError("forward: negative num_prior");
+  }
+  TS_ASSIGN_OR_RETURN(hb->attn, cache->BuildBatch(kv_ids, num_new, num_prior));
+  if (config_.sliding_window) {
+    hb->attn.sliding_window = static_cast<int32_t>(
+        std::min<int64_t>(*config_.sliding_window, std::numeric_limits<int32_t>::max()));
+    hb->attn.tail_depth_offset.assign(seqs.size(), -1);
+  }
+  for (size_t si = 0; si < seqs.size(); ++si) {
+    TS_RETURN_IF_ERROR(AddSequence(seqs[si], si, hb));
+    out->row_start.push_back(static_cast<int32_t>(hb->logit_rows.size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LlamaModel::RunLayer(size_t l, const Tensor& pos, const AttentionPlan& plan,
+                                  PagedKvCache* cache, Activations* a) {
+  Backend* be = backend_;
+  const Layer& w = layers_[l];
+  const int64_t T = a->x.dim(0), Dh = config_.head_dim;
+  // yarn / longrope multiply cos and sin, hence q and k, by the attention
+  // factor a; q·k scales by a², folded into the softmax scale.
+  const double rope_af = config_.RopeAttentionFactor();
+  const float scale =
+      static_cast<float>(rope_af * rope_af) * (1.0f / std::sqrt(static_cast<float>(Dh)));
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const bool tp = shard_.size > 1;
+  TS_RETURN_IF_ERROR(be->RmsNorm(a->x, w.ln1, eps, &a->h));
+  TS_RETURN_IF_ERROR(be->Linear(a->h, w.w_qkv, &a->qkv));
+  if (config_.qkv_bias) TS_RETURN_IF_ERROR(be->AddBias(&a->qkv, w.b_qkv));
+  if (config_.qk_norm) {
+    TS_RETURN_IF_ERROR(be->HeadRmsNorm(&a->qkv, w.q_norm, 0, heads_, eps));
+    TS_RETURN_IF_ERROR(be->HeadRmsNorm(&a->qkv, w.k_norm, heads_, kv_heads_, eps));
+  }
+  TS_RETURN_IF_ERROR(be->QkvRope(a->qkv, pos, inv_freq_, plan, &a->q, cache->k(l), cache->v(l)));
+  TS_RETURN_IF_ERROR(be->Attention(a->q, *cache->k(l), *cache->v(l), plan, scale, &a->attn));
+  Tensor attn2 = a->attn.Reshape({T, heads_ * Dh});
+  TS_RETURN_IF_ERROR(be->Linear(attn2, w.w_o, &a->h));
+  if (tp) TS_RETURN_IF_ERROR(comm_->AllReduceSum(&a->h));
+  if (config_.o_bias) TS_RETURN_IF_ERROR(be->AddBias(&a->h, w.b_o));
+  TS_RETURN_IF_ERROR(be->Add(a->x, a->h, &a->x));
+  TS_RETURN_IF_ERROR(be->RmsNorm(a->x, w.ln2, eps, &a->h));
+  TS_RETURN_IF_ERROR(be->Linear(a->h, w.w_gate_up, &a->gu));
+  if (config_.mlp_bias) TS_RETURN_IF_ERROR(be->AddBias(&a->gu, w.b_gate_up));
+  TS_RETURN_IF_ERROR(be->SiluMul(a->gu, &a->act));
+  TS_RETURN_IF_ERROR(be->Linear(a->act, w.w_down, &a->h));
+  if (tp) TS_RETURN_IF_ERROR(comm_->AllReduceSum(&a->h));
+  if (config_.mlp_bias) TS_RETURN_IF_ERROR(be->AddBias(&a->h, w.b_down));
+  return be->Add(a->x, a->h, &a->x);
+}
+
 absl::Status LlamaModel::Forward(const std::vector<ForwardSeq>& seqs, PagedKvCache* cache,
                                  ForwardOutput* out, const ForwardOptions& options) {
   const std::vector<int32_t>& hidden_layers = options.hidden_layers;
@@ -152,73 +262,10 @@ absl::Status LlamaModel::Forward(const std::vector<ForwardSeq>& seqs, PagedKvCac
                                                      ")"));
     }
   }
-  // ---- host-side batch description -------------------------------------
-  std::vector<int64_t> kv_ids;
-  std::vector<int> num_new, num_prior;
-  std::vector<int32_t> tokens, positions, logit_rows;
-  out->row_start.assign(1, 0);
-  for (const ForwardSeq& s : seqs) {
-    kv_ids.push_back(s.kv_seq);
-    num_new.push_back(static_cast<int>(s.tokens.size()));
-    num_prior.push_back(s.num_prior);
-    if (s.num_prior < 0) return absl::InvalidArgumentError("forward: negative num_prior");
-  }
-  TS_ASSIGN_OR_RETURN(AttentionBatch batch, cache->BuildBatch(kv_ids, num_new, num_prior));
-  if (config_.sliding_window) {
-    batch.sliding_window = static_cast<int32_t>(
-        std::min<int64_t>(*config_.sliding_window, std::numeric_limits<int32_t>::max()));
-    batch.tail_depth_offset.assign(seqs.size(), -1);
-  }
-  for (size_t si = 0; si < seqs.size(); ++si) {
-    const ForwardSeq& s = seqs[si];
-    const int n = static_cast<int>(s.tokens.size());
-    const int32_t base = batch.context_lens[si];
-    const int32_t t0 = static_cast<int32_t>(tokens.size());
-    for (int i = 0; i < n; ++i) {
-      if (s.tokens[i] < 0 || s.tokens[i] >= V) {
-        return absl::InvalidArgumentError(absl::StrCat("token id ", s.tokens[i],
-                                                       " is outside the vocabulary [0, ", V, ")"));
-      }
-    }
-    tokens.insert(tokens.end(), s.tokens.begin(), s.tokens.end());
-    if (s.parents.empty()) {
-      for (int i = 0; i < n; ++i) positions.push_back(base + s.num_prior + i);
-    } else {
-      const int prior = s.num_prior, total = prior + n;
-      if (static_cast<int>(s.parents.size()) != total) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "tree: ", s.parents.size(), " parents for ", prior, " prior + ", n, " new nodes"));
-      }
-      PackedTree packed;
-      TS_RETURN_IF_ERROR(PackTree(s.parents, &packed));
-      const int words = packed.words_per_row;
-      batch.mask_offset[si] = static_cast<int32_t>(batch.mask_words.size());
-      batch.mask_words.insert(batch.mask_words.end(), packed.masks.begin() + prior * words,
-                              packed.masks.end());
-      for (int i = prior; i < total; ++i) positions.push_back(base + packed.depth[i]);
-      if (config_.sliding_window) {
-        batch.tail_depth_offset[si] = static_cast<int32_t>(batch.tail_depths.size());
-        batch.tail_depths.insert(batch.tail_depths.end(), packed.depth.begin(),
-                                 packed.depth.end());
-      }
-    }
-    const int64_t limit = config_.MaxExactPosition();
-    for (int32_t i = t0; i < static_cast<int32_t>(positions.size()); ++i) {
-      if (positions[i] >= limit) {
-        return absl::OutOfRangeError(absl::StrCat(
-            "position ", positions[i], " is past ", limit, " (rope type '",
-            config_.rope_scaling->type,
-            "'): transformers switches frequencies there depending on each forward call's "
-            "length while cached keys keep theirs, which treespec does not reproduce"));
-      }
-    }
-    if (s.logits == LogitsMode::kLast && n > 0) logit_rows.push_back(t0 + n - 1);
-    if (s.logits == LogitsMode::kAll) {
-      for (int i = 0; i < n; ++i) logit_rows.push_back(t0 + i);
-    }
-    out->row_start.push_back(static_cast<int32_t>(logit_rows.size()));
-  }
-  const int64_t T = static_cast<int64_t>(tokens.size());
+  HostBatch hb;
+  TS_RETURN_IF_ERROR(DescribeBatch(seqs, cache, &hb, out));
+  const std::vector<int32_t>& logit_rows = hb.logit_rows;
+  const int64_t T = static_cast<int64_t>(hb.tokens.size());
   out->vocab_size = V;
   out->hidden_size = D;
   out->hidden.assign(hidden_layers.size() * logit_rows.size() * D, 0.0f);
@@ -231,73 +278,75 @@ absl::Status LlamaModel::Forward(const std::vector<ForwardSeq>& seqs, PagedKvCac
   // ---- device pass ------------------------------------------------------
   Backend* be = backend_;
   TS_ASSIGN_OR_RETURN(Tensor ids, be->Alloc(DType::kI32, {T}));
-  TS_RETURN_IF_ERROR(be->Upload(tokens.data(), DType::kI32, &ids));
+  TS_RETURN_IF_ERROR(be->Upload(hb.tokens.data(), DType::kI32, &ids));
   TS_ASSIGN_OR_RETURN(Tensor pos, be->Alloc(DType::kI32, {T}));
-  TS_RETURN_IF_ERROR(be->Upload(positions.data(), DType::kI32, &pos));
-  TS_ASSIGN_OR_RETURN(std::unique_ptr<AttentionPlan> plan, be->PlanAttention(batch));
+  TS_RETURN_IF_ERROR(be->Upload(hb.positions.data(), DType::kI32, &pos));
+  TS_ASSIGN_OR_RETURN(std::unique_ptr<AttentionPlan> plan, be->PlanAttention(hb.attn));
 
-  const int64_t qkv_w = (heads_ + 2 * kv_heads_) * Dh;
-  TS_ASSIGN_OR_RETURN(Tensor x, workspace_.Get(0, {T, D}));
-  TS_ASSIGN_OR_RETURN(Tensor h, workspace_.Get(1, {T, D}));
-  TS_ASSIGN_OR_RETURN(Tensor qkv, workspace_.Get(2, {T, qkv_w}));
-  TS_ASSIGN_OR_RETURN(Tensor q, workspace_.Get(3, {T, heads_, Dh}));
-  TS_ASSIGN_OR_RETURN(Tensor attn, workspace_.Get(4, {T, heads_, Dh}));
-  TS_ASSIGN_OR_RETURN(Tensor gu, workspace_.Get(5, {T, 2 * ffn_}));
-  TS_ASSIGN_OR_RETURN(Tensor act, workspace_.Get(6, {T, ffn_}));
-  // yarn / longrope multiply cos and sin, hence q and k, by the attention
-  // factor a; q·k scales by a², folded into the softmax scale.
-  const double rope_af = config_.RopeAttentionFactor();
-  const float scale =
-      static_cast<float>(rope_af * rope_af) * (1.0f / std::sqrt(static_cast<float>(Dh)));
-  const float eps = static_cast<float>(config_.rms_norm_eps);
-  const bool tp = shard_.size > 1;
-
+  Activations a;
+  TS_ASSIGN_OR_RETURN(a.x, workspace_.Get(0, {T, D}));
+  TS_ASSIGN_OR_RETURN(a.h, workspace_.Get(1, {T, D}));
+  TS_ASSIGN_OR_RETURN(a.qkv, workspace_.Get(2, {T, (heads_ + 2 * kv_heads_) * Dh}));
+  TS_ASSIGN_OR_RETURN(a.q, workspace_.Get(3, {T, heads_, Dh}));
+  TS_ASSIGN_OR_RETURN(a.attn, workspace_.Get(4, {T, heads_, Dh}));
+  TS_ASSIGN_OR_RETURN(a.gu, workspace_.Get(5, {T, 2 * ffn_}));
+  TS_ASSIGN_OR_RETURN(a.act, workspace_.Get(6, {T, ffn_}));
   if (options.input_rows != nullptr) {
     if (options.input_rows->shape() != Shape{T, D}) {
       return absl::InvalidArgumentError(absl::StrCat("input_rows: shape is not [", T, ", ", D, "]"));
     }
     std::vector<int32_t> all(T);
     for (int64_t i = 0; i < T; ++i) all[i] = static_cast<int32_t>(i);
-    TS_RETURN_IF_ERROR(be->GatherRows(*options.input_rows, all, &x));
+    TS_RETURN_IF_ERROR(be->GatherRows(*options.input_rows, all, &a.x));
   } else {
-    TS_RETURN_IF_ERROR(be->Embedding(ids, embed_, &x));
+    TS_RETURN_IF_ERROR(be->Embedding(ids, embed_, &a.x));
   }
   for (size_t l = 0; l < layers_.size(); ++l) {
-    const Layer& w = layers_[l];
-    TS_RETURN_IF_ERROR(be->RmsNorm(x, w.ln1, eps, &h));
-    TS_RETURN_IF_ERROR(be->Linear(h, w.w_qkv, &qkv));
-    if (config_.qkv_bias) TS_RETURN_IF_ERROR(be->AddBias(&qkv, w.b_qkv));
-    if (config_.qk_norm) {
-      TS_RETURN_IF_ERROR(be->HeadRmsNorm(&qkv, w.q_norm, 0, heads_, eps));
-      TS_RETURN_IF_ERROR(be->HeadRmsNorm(&qkv, w.k_norm, heads_, kv_heads_, eps));
-    }
-    TS_RETURN_IF_ERROR(be->QkvRope(qkv, pos, inv_freq_, *plan, &q, cache->k(l), cache->v(l)));
-    TS_RETURN_IF_ERROR(be->Attention(q, *cache->k(l), *cache->v(l), *plan, scale, &attn));
-    Tensor attn2 = attn.Reshape({T, heads_ * Dh});
-    TS_RETURN_IF_ERROR(be->Linear(attn2, w.w_o, &h));
-    if (tp) TS_RETURN_IF_ERROR(comm_->AllReduceSum(&h));
-    if (config_.o_bias) TS_RETURN_IF_ERROR(be->AddBias(&h, w.b_o));
-    TS_RETURN_IF_ERROR(be->Add(x, h, &x));
-    TS_RETURN_IF_ERROR(be->RmsNorm(x, w.ln2, eps, &h));
-    TS_RETURN_IF_ERROR(be->Linear(h, w.w_gate_up, &gu));
-    if (config_.mlp_bias) TS_RETURN_IF_ERROR(be->AddBias(&gu, w.b_gate_up));
-    TS_RETURN_IF_ERROR(be->SiluMul(gu, &act));
-    TS_RETURN_IF_ERROR(be->Linear(act, w.w_down, &h));
-    if (tp) TS_RETURN_IF_ERROR(comm_->AllReduceSum(&h));
-    if (config_.mlp_bias) TS_RETURN_IF_ERROR(be->AddBias(&h, w.b_down));
-    TS_RETURN_IF_ERROR(be->Add(x, h, &x));
-    TS_RETURN_IF_ERROR(CopyHidden(static_cast<int32_t>(l), hidden_layers, x, logit_rows, out));
+    TS_RETURN_IF_ERROR(RunLayer(l, pos, *plan, cache, &a));
+    TS_RETURN_IF_ERROR(CopyHidden(static_cast<int32_t>(l), hidden_layers, a.x, logit_rows, out));
   }
 
   const int64_t R = static_cast<int64_t>(logit_rows.size());
   out->logits.clear();
   if (R == 0) return absl::OkStatus();
   TS_ASSIGN_OR_RETURN(Tensor xo, workspace_.Get(7, {R, D}));
-  TS_RETURN_IF_ERROR(be->GatherRows(x, logit_rows, &xo));
-  TS_RETURN_IF_ERROR(be->RmsNorm(xo, norm_, eps, &xo));
+  TS_RETURN_IF_ERROR(be->GatherRows(a.x, logit_rows, &xo));
+  TS_RETURN_IF_ERROR(be->RmsNorm(xo, norm_, static_cast<float>(config_.rms_norm_eps), &xo));
   TS_ASSIGN_OR_RETURN(Tensor logits, workspace_.Get(8, {R, vocab_shard_}));
   TS_RETURN_IF_ERROR(be->Linear(xo, lm_head_, &logits));
+  if (shard_.size == 1 && !options.row_sampling.empty()) {
+    return KeepProbsOnDevice(logits, options.row_sampling, out);
+  }
   return OutputLogits(logits, R, options.argmax_only, out);
+}
+
+absl::Status LlamaModel::KeepProbsOnDevice(const Tensor& logits,
+                                           const std::vector<SamplingParams>& row_sampling,
+                                           ForwardOutput* out) {
+  Backend* be = backend_;
+  const int64_t S = static_cast<int64_t>(out->row_start.size()) - 1;
+  if (static_cast<int64_t>(row_sampling.size()) != S) {
+    return absl::InvalidArgumentError(absl::StrCat("forward: ", row_sampling.size(),
+                                                   " row_sampling entries for ", S, " sequences"));
+  }
+  const int64_t R = logits.dim(0), V = config_.vocab_size;
+  TS_RETURN_IF_ERROR(be->ArgmaxRows(logits, &out->argmax));
+  TS_ASSIGN_OR_RETURN(Tensor probs, be->Alloc(DType::kF32, {R, V}));
+  for (int64_t s = 0; s < S; ++s) {
+    const SamplingParams& p = row_sampling[s];
+    const int64_t begin = out->row_start[s], end = out->row_start[s + 1];
+    if (p.greedy() || begin == end) continue;
+    Tensor rows = probs.Rows(begin, end);
+    TS_RETURN_IF_ERROR(
+        be->ProcessLogitsRows(logits.Rows(begin, end), p.temperature, p.top_k, p.top_p, &rows));
+  }
+  out->fetch_probs = [be, probs, R](int64_t row, float* dst) -> absl::Status {
+    if (row < 0 || row >= R) {
+      return absl::OutOfRangeError(absl::StrCat("fetch_probs: row ", row, " is not in [0, ", R, ")"));
+    }
+    return be->DownloadF32(probs.Rows(row, row + 1), dst);
+  };
+  return absl::OkStatus();
 }
 
 absl::Status LlamaModel::OutputLogits(Tensor& logits, int64_t R, bool argmax_only,

@@ -66,13 +66,39 @@ class LlamaModel {
     Tensor b_qkv, b_o, b_gate_up, b_down;  // empty when the config has no such bias
     Tensor q_norm, k_norm;                 // [head_dim], Qwen3 only
   };
+  // The host side of one Forward: the attention batch and, packed over all
+  // sequences, their new tokens, the tokens' positions and the rows whose
+  // logits are wanted.
+  struct HostBatch {
+    AttentionBatch attn;
+    std::vector<int32_t> tokens, positions, logit_rows;
+  };
+  // One pass's activations (workspace tensors over T tokens).
+  struct Activations {
+    Tensor x, h, qkv, q, attn, gu, act;
+  };
   LlamaModel() = default;
+  // Builds `hb` for `seqs` and out->row_start; INVALID_ARGUMENT / OUT_OF_RANGE
+  // naming the field for bad tokens, trees or positions.
+  absl::Status DescribeBatch(const std::vector<ForwardSeq>& seqs, PagedKvCache* cache,
+                             HostBatch* hb, ForwardOutput* out) const;
+  // Appends sequence `si` of the batch: tokens, positions, tree mask, logit rows.
+  absl::Status AddSequence(const ForwardSeq& s, size_t si, HostBatch* hb) const;
+  // Decoder layer `l` over a->x in place (attention writes the layer's KV).
+  absl::Status RunLayer(size_t l, const Tensor& pos, const AttentionPlan& plan,
+                        PagedKvCache* cache, Activations* a);
   // Downloads rows `logit_rows` of x [T, D] for each request of `layer`.
   absl::Status CopyHidden(int32_t layer, const std::vector<int32_t>& hidden_layers,
                           const Tensor& x, const std::vector<int32_t>& logit_rows,
                           ForwardOutput* out);
   // logits [R, vocab_shard] of this rank -> out->logits or out->argmax.
   absl::Status OutputLogits(Tensor& logits, int64_t R, bool argmax_only, ForwardOutput* out);
+  // Single rank with ForwardOptions::row_sampling: argmax of every row and
+  // each sampled sequence's rows processed into probabilities on the device,
+  // fetched row by row through out->fetch_probs. in: logits [R, vocab].
+  absl::Status KeepProbsOnDevice(const Tensor& logits,
+                                 const std::vector<SamplingParams>& row_sampling,
+                                 ForwardOutput* out);
 
   LlamaConfig config_;
   Backend* backend_ = nullptr;

@@ -82,11 +82,15 @@ void ProcessLogits(const float* logits, int64_t vocab, const SamplingParams& par
 }
 
 int32_t SampleDense(const std::vector<float>& probs, double u) {
+  return SampleDense(probs.data(), static_cast<int64_t>(probs.size()), u);
+}
+
+int32_t SampleDense(const float* probs, int64_t n, double u) {
   double total = 0.0;
-  for (float p : probs) total += p;
+  for (int64_t i = 0; i < n; ++i) total += probs[i];
   double target = u * total, cum = 0.0;
   int32_t last = -1;
-  for (size_t i = 0; i < probs.size(); ++i) {
+  for (int64_t i = 0; i < n; ++i) {
     if (probs[i] <= 0.0f) continue;
     cum += probs[i];
     last = static_cast<int32_t>(i);

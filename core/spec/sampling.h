@@ -43,6 +43,7 @@ void ProcessLogits(const float* logits, int64_t vocab, const SamplingParams& par
 // Inverse-CDF draw from a dense distribution with uniform u in [0, 1); never
 // returns a zero-probability token.
 int32_t SampleDense(const std::vector<float>& probs, double u);
+int32_t SampleDense(const float* probs, int64_t n, double u);
 int32_t SampleSparse(const SparseDist& dist, double u);
 
 // The `k` most likely tokens of softmax(logits / temperature), renormalised:

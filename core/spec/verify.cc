@@ -1,5 +1,6 @@
 #include "core/spec/verify.h"
 
+#include "core/spec/verify_walk.h"
 #include "absl/strings/str_cat.h"
 #include "core/util/status_macros.h"
 
@@ -54,6 +55,28 @@ VerifyResult Verify(VerifyMode mode, const TokenTree& tree, const float* logits,
     return VerifyMultiRound(tree, logits, vocab, params, key);
   }
   return VerifyTargetSampling(tree, logits, vocab, params, key);
+}
+
+absl::StatusOr<VerifyResult> VerifySampledRows(VerifyMode mode, const TokenTree& tree,
+                                               int64_t vocab, const SamplingParams& params,
+                                               RngKey key, const ProbRows& rows) {
+  TS_CHECK(tree.num_nodes() > 0 && vocab > 0);
+  TS_CHECK(mode != VerifyMode::kGreedy && !params.greedy());
+  absl::Status fetch_status;
+  // A failed fetch ends the walk at once (the result is then discarded).
+  auto choose = [&](int32_t v, const std::vector<int32_t>& children) {
+    absl::StatusOr<const float*> p = rows(v);
+    if (!p.ok()) {
+      fetch_status = p.status();
+      return verify_internal::NodeChoice{-1, -1};
+    }
+    return mode == VerifyMode::kMultiRound
+               ? verify_internal::MultiRoundAt(tree, v, children, *p, vocab, key)
+               : verify_internal::TargetSampleAt(tree, v, children, *p, vocab, key);
+  };
+  VerifyResult r = verify_internal::WalkTree(tree, choose);
+  if (!fetch_status.ok()) return fetch_status;
+  return r;
 }
 
 }  // namespace treespec

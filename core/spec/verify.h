@@ -31,6 +31,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -77,6 +78,19 @@ struct VerifyResult {
 // in: logits [tree.num_nodes(), vocab], row v follows node v.
 VerifyResult Verify(VerifyMode mode, const TokenTree& tree, const float* logits, int64_t vocab,
                     const SamplingParams& params, RngKey key);
+
+// The sampling rules (kMultiRound, kTargetSampling) read each visited node's
+// processed target distribution p_v = ProcessLogits(logits row v, params),
+// and only those rows: `rows(v)` returns p_v [vocab], valid until the next
+// call, or an error, which the verification returns. A worker keeps the rows
+// on the device and brings back only the ones the walk asks for
+// (ForwardOutput::fetch_probs). Given the same rows, the result is the one
+// Verify computes from the logits, draw for draw. Preconditions as for Verify;
+// mode is not kGreedy and params are not greedy.
+using ProbRows = std::function<absl::StatusOr<const float*>(int32_t node)>;
+absl::StatusOr<VerifyResult> VerifySampledRows(VerifyMode mode, const TokenTree& tree,
+                                               int64_t vocab, const SamplingParams& params,
+                                               RngKey key, const ProbRows& rows);
 
 VerifyResult VerifyGreedy(const TokenTree& tree, const float* logits, int64_t vocab);
 // The greedy rule from each row's argmax alone (computed on the device, so

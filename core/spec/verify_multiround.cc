@@ -39,19 +39,19 @@ namespace {
 // Residual masses below this fraction of the current mass count as zero.
 constexpr double kMinResidualFraction = 1e-9;
 
+}  // namespace
+
 NodeChoice MultiRoundAt(const TokenTree& tree, int32_t v, const std::vector<int32_t>& children,
-                        const float* row, int64_t vocab, const SamplingParams& params,
-                        const RngKey& key) {
+                        const float* p_v, int64_t vocab, const RngKey& key) {
   if (children.empty() || !tree.has_draft(v)) {
-    return TargetSampleAt(tree, v, children, row, vocab, params, key);
+    return TargetSampleAt(tree, v, children, p_v, vocab, key);
   }
   const SparseDist& q = tree.draft[v];
   const size_t k = q.tokens.size();
   const RngKey node_key = NodeKey(key, v);
 
   // p is kept unnormalised: p_i = p / mass. Only q's support ever changes.
-  std::vector<float> p;
-  ProcessLogits(row, vocab, params, &p);
+  std::vector<float> p(p_v, p_v + vocab);
   double mass = 0.0;
   for (float x : p) mass += x;
   std::vector<char> removed(k, 0);
@@ -92,16 +92,15 @@ NodeChoice MultiRoundAt(const TokenTree& tree, int32_t v, const std::vector<int3
   return NodeChoice{-1, SampleDense(p, Uniform(node_key, 0))};
 }
 
-}  // namespace
 }  // namespace verify_internal
 
 VerifyResult VerifyMultiRound(const TokenTree& tree, const float* logits, int64_t vocab,
                               const SamplingParams& params, RngKey key) {
-  return verify_internal::WalkTree(tree, [&](int32_t v, const std::vector<int32_t>& children) {
-    return verify_internal::MultiRoundAt(tree, v, children,
-                                         logits + static_cast<int64_t>(v) * vocab, vocab,
-                                         params, key);
-  });
+  return verify_internal::WalkLogits(
+      tree, logits, vocab, params,
+      [&](int32_t v, const std::vector<int32_t>& children, const float* p) {
+        return verify_internal::MultiRoundAt(tree, v, children, p, vocab, key);
+      });
 }
 
 }  // namespace treespec

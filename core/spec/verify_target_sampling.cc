@@ -19,11 +19,8 @@ namespace treespec {
 namespace verify_internal {
 
 NodeChoice TargetSampleAt(const TokenTree& tree, int32_t v, const std::vector<int32_t>& children,
-                          const float* row, int64_t vocab, const SamplingParams& params,
-                          const RngKey& key) {
-  std::vector<float> p;
-  ProcessLogits(row, vocab, params, &p);
-  const int32_t y = SampleDense(p, Uniform(NodeKey(key, v), 0));
+                          const float* p, int64_t vocab, const RngKey& key) {
+  const int32_t y = SampleDense(p, vocab, Uniform(NodeKey(key, v), 0));
   return NodeChoice{RankOfToken(tree, children, y), y};
 }
 
@@ -31,11 +28,11 @@ NodeChoice TargetSampleAt(const TokenTree& tree, int32_t v, const std::vector<in
 
 VerifyResult VerifyTargetSampling(const TokenTree& tree, const float* logits, int64_t vocab,
                                   const SamplingParams& params, RngKey key) {
-  return verify_internal::WalkTree(tree, [&](int32_t v, const std::vector<int32_t>& children) {
-    return verify_internal::TargetSampleAt(tree, v, children,
-                                           logits + static_cast<int64_t>(v) * vocab, vocab,
-                                           params, key);
-  });
+  return verify_internal::WalkLogits(
+      tree, logits, vocab, params,
+      [&](int32_t v, const std::vector<int32_t>& children, const float* p) {
+        return verify_internal::TargetSampleAt(tree, v, children, p, vocab, key);
+      });
 }
 
 }  // namespace treespec

@@ -58,9 +58,24 @@ inline int32_t RankOfToken(const TokenTree& tree, const std::vector<int32_t>& ch
   return -1;
 }
 
+// The per-node rules take p_v, the processed target distribution at v
+// (ProcessLogits of row v). in: p [vocab].
 // Target sampling at node v: y ~ p_v with draw index 0; descend if y is a child.
 NodeChoice TargetSampleAt(const TokenTree& tree, int32_t v, const std::vector<int32_t>& children,
-                          const float* row, int64_t vocab, const SamplingParams& params,
-                          const RngKey& key);
+                          const float* p, int64_t vocab, const RngKey& key);
+// Multi-round speculative sampling over v's children (verify_multiround.cc).
+NodeChoice MultiRoundAt(const TokenTree& tree, int32_t v, const std::vector<int32_t>& children,
+                        const float* p, int64_t vocab, const RngKey& key);
+
+// The logits-based rules: p_v computed on the host from row v.
+template <typename Rule>
+VerifyResult WalkLogits(const TokenTree& tree, const float* logits, int64_t vocab,
+                        const SamplingParams& params, Rule&& rule) {
+  std::vector<float> p;
+  return WalkTree(tree, [&](int32_t v, const std::vector<int32_t>& children) {
+    ProcessLogits(logits + static_cast<int64_t>(v) * vocab, vocab, params, &p);
+    return rule(v, children, p.data());
+  });
+}
 
 }  // namespace treespec::verify_internal

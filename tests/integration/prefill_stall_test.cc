@@ -4,12 +4,18 @@
 // twice their median. Real worker, Mamba drafter and coordinator (in process,
 // loopback gRPC) on the CPU demo models.
 //
-// Both sides must hold for it to pass: the coordinator admits outside its
-// step loop (worker and drafter Opens in parallel, off the lane thread), and
-// the worker prefills in chunks without blocking Verify calls meanwhile.
+// Every side must hold for it to pass: the coordinator admits outside its
+// step loop (worker and drafter Opens in parallel, off the lane thread), the
+// worker feeds the prompt in pieces riding on the live Verify passes
+// (worker/target_runner_prefill.cc), and the drafter feeds it in chunks with
+// its Draft calls going between them (drafter_service/tree_drafter.h).
 //
 // Each chunk of a stream is one step (a speculative step may bring several
-// tokens at once), so gaps are measured between chunks.
+// tokens at once), so gaps are measured between chunks. The streams' median
+// gap is taken over the steps just before and just after the admission (a
+// window as long as the admission on each side, at least a second): on a
+// shared machine the pace drifts with the load of other processes, and the
+// admission must be compared with the pace of the same moment.
 #include <algorithm>
 #include <atomic>
 #include <thread>
@@ -26,6 +32,7 @@ using std::chrono::milliseconds;
 
 constexpr int kLiveStreams = 3;
 constexpr int kLongPrompt = 480;  // the demo target has 512 positions
+constexpr int kStreamTokens = 480;
 
 double Percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
@@ -36,13 +43,26 @@ double Percentile(std::vector<double> v, double q) {
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-// DISABLED (issue 10 point 3 stays open): on this 2-core CPU the live
-// streams' p99 gap during the admission measures 12-20 ms against a 5-6 ms
-// median (2x is the bar). Worker prefill chunks are already sized to half a
-// verify pass; what is left is the drafter's unchunked prefill of the long
-// prompt under its lock and pre-drafting competing for the two cores. Run it
-// with --gtest_also_run_disabled_tests.
-TEST(PrefillStallTest, DISABLED_LongPromptAdmissionKeepsLiveStreamsAtPace) {
+using Arrivals = std::vector<std::vector<Clock::time_point>>;
+
+// Gaps between consecutive chunks of each stream (its first two steps
+// skipped): those overlapping [start, end) go to `during`, the others within
+// `window` of it to `around`.
+void SplitGaps(const Arrivals& arrivals, Clock::time_point start, Clock::time_point end,
+               Clock::duration window, std::vector<double>* during, std::vector<double>* around) {
+  for (const auto& a : arrivals) {
+    for (size_t k = 2; k < a.size(); ++k) {
+      const double gap = Ms(a[k] - a[k - 1]);
+      if (a[k] > start && a[k - 1] < end) {
+        during->push_back(gap);
+      } else if (a[k] > start - window && a[k - 1] < end + window) {
+        around->push_back(gap);
+      }
+    }
+  }
+}
+
+TEST(PrefillStallTest, LongPromptAdmissionKeepsLiveStreamsAtPace) {
   if (!HaveDemoModels()) GTEST_SKIP() << "models/demo is missing";
   WorkerConfig wc;
   wc.model = DemoModel("target");
@@ -64,7 +84,7 @@ TEST(PrefillStallTest, DISABLED_LongPromptAdmissionKeepsLiveStreamsAtPace) {
 
   // Live streams (all in the one lane of the worker and the drafter).
   absl::Mutex mu;
-  std::vector<std::vector<Clock::time_point>> arrivals(kLiveStreams);
+  Arrivals arrivals(kLiveStreams);
   std::vector<std::thread> streams;
   for (int i = 0; i < kLiveStreams; ++i) {
     streams.emplace_back([&, i] {
@@ -73,7 +93,7 @@ TEST(PrefillStallTest, DISABLED_LongPromptAdmissionKeepsLiveStreamsAtPace) {
         absl::MutexLock lock(&mu);
         arrivals[i].push_back(Clock::now());
       };
-      v1::GenerateRequest r = MakeRequest(TestPrompt(i, 8), 400, "mamba");
+      v1::GenerateRequest r = MakeRequest(TestPrompt(i, 8), kStreamTokens, "mamba");
       GenerateResult res = RunGenerate(stub.get(), r, o);
       EXPECT_TRUE(res.status.ok()) << "stream " << i << ": " << res.status.error_message();
     });
@@ -85,7 +105,7 @@ TEST(PrefillStallTest, DISABLED_LongPromptAdmissionKeepsLiveStreamsAtPace) {
   ASSERT_TRUE(Eventually(
       [&] {
         for (int i = 0; i < kLiveStreams; ++i) {
-          if (chunks_of(i) < 15) return false;
+          if (chunks_of(i) < 60) return false;
         }
         return true;
       },
@@ -103,29 +123,23 @@ TEST(PrefillStallTest, DISABLED_LongPromptAdmissionKeepsLiveStreamsAtPace) {
   GenerateResult long_result = RunGenerate(stub.get(), MakeRequest(prompt, 4, "mamba"), lo);
   ASSERT_TRUE(long_result.status.ok()) << long_result.status.error_message();
   const Clock::time_point admit_end = admit_start + Clock::duration(first_token_ns.load());
-  // Let every stream take a step after the admission, then end them.
-  std::this_thread::sleep_for(milliseconds(300));
+  const Clock::duration window =
+      std::max<Clock::duration>(admit_end - admit_start, std::chrono::seconds(1));
   for (std::thread& t : streams) t.join();
 
-  std::vector<double> all, during;
+  std::vector<double> around, during;
   {
     absl::MutexLock lock(&mu);
-    for (int i = 0; i < kLiveStreams; ++i) {
-      const auto& a = arrivals[i];
-      for (size_t k = 2; k < a.size(); ++k) {  // skip each stream's own first steps
-        const double gap = Ms(a[k] - a[k - 1]);
-        all.push_back(gap);
-        // A gap overlapping the admission window.
-        if (a[k] > admit_start && a[k - 1] < admit_end) during.push_back(gap);
-      }
-    }
+    SplitGaps(arrivals, admit_start, admit_end, window, &during, &around);
   }
-  const double median = Percentile(all, 0.5);
+  const double median = Percentile(around, 0.5);
   const double p99 = Percentile(during, 0.99);
-  std::printf("admission %.1f ms; live gaps: median %.1f ms over %zu, p99 during admission "
-              "%.1f ms over %zu\n",
-              Ms(admit_end - admit_start), median, all.size(), p99, during.size());
+  std::printf("admission %.1f ms; live gaps: median %.1f ms over %zu around it, p99 during it "
+              "%.1f ms over %zu (max %.1f)\n",
+              Ms(admit_end - admit_start), median, around.size(), p99, during.size(),
+              Percentile(during, 1.0));
   ASSERT_FALSE(during.empty()) << "no step overlapped the admission";
+  ASSERT_FALSE(around.empty()) << "no step around the admission";
   EXPECT_LE(p99, 2 * median) << "a live stream stalled while the long prompt was admitted";
 }
 

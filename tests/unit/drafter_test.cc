@@ -78,11 +78,12 @@ class DrafterTest : public ::testing::TestWithParam<Kind> {
     local_ = std::move(*local);
   }
 
-  std::unique_ptr<Drafter> Make(int64_t max_sequences = 8) {
+  std::unique_ptr<Drafter> Make(int64_t max_sequences = 8, int64_t prefill_chunk_tokens = 32) {
     DrafterOptions o;
     o.kind = GetParam().kind;
     o.model_dir = ModelDir(GetParam().model);
     o.max_sequences = max_sequences;
+    o.prefill_chunk_tokens = prefill_chunk_tokens;
     o.max_tree_nodes = 64;
     o.max_context = 256;
     auto d = CreateDrafter(o, backend_.get());
@@ -186,6 +187,18 @@ TEST_P(DrafterTest, GreedyTreesHoldTheDrafterTopTokens) {
   Open(d.get(), 1, prompt);
   TokenTree t = DraftOne(d.get(), Spec(1, 1, {17}, "4,2,2"));
   ExpectGreedyChildren(t, prompt);
+}
+
+// Prompts are fed in chunks (here of 7 tokens, split between the two
+// sequences of the call): the drafted trees are those of the whole prompt.
+TEST_P(DrafterTest, ChunkedOpenDraftsFromTheWholePrompt) {
+  std::unique_ptr<Drafter> d = Make(8, /*prefill_chunk_tokens=*/7);
+  const std::vector<int32_t> long_prompt = Prompt(11, 90), short_prompt = Prompt(12, 5);
+  std::vector<absl::Status> st = d->Open({{1, long_prompt}, {2, short_prompt}});
+  ASSERT_TRUE(st[0].ok()) << st[0];
+  ASSERT_TRUE(st[1].ok()) << st[1];
+  ExpectGreedyChildren(DraftOne(d.get(), Spec(1, 1, {17}, "3,2")), long_prompt);
+  ExpectGreedyChildren(DraftOne(d.get(), Spec(2, 1, {19}, "3,2")), short_prompt);
 }
 
 TEST_P(DrafterTest, SampledTreesCarryQAtEveryExpandedNode) {

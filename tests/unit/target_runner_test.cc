@@ -13,12 +13,18 @@
 //    during a long Open completes before it, the opening sequence is invisible
 //    to Verify, and releasing it cancels its Open;
 //  - leases: sequences nobody touched for the lease are released, Verify
-//    renews the lease.
+//    renews the lease;
+//  - sampled verification from rows processed by the backend and fetched
+//    one by one gives the tokens of the host computation from all logits,
+//    and fetches fewer rows than the trees have nodes;
+//  - while Verify calls come, pieces of a waiting prompt ride on their
+//    passes, and the opened sequence is the one a plain Open gives.
 #include "worker/target_runner.h"
 
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -569,6 +575,168 @@ TEST_F(TargetRunnerTest, ReleaseDuringOpenCancelsIt) {
   EXPECT_LT(slow.chunks.load(), 40);
   EXPECT_EQ(runner.Stats().num_sequences, 0);
   EXPECT_EQ(runner.Stats().kv_blocks_used, 0);
+}
+
+// Passes calls through to a real model, recording what each Forward asked for
+// and returned. With `host_logits`, ForwardOptions::row_sampling is dropped, so
+// the model returns every logits row to the host (the path of models that do
+// not keep rows on the device).
+class RecordingModel final : public SequenceModel {
+ public:
+  RecordingModel(SequenceModel* inner, bool host_logits)
+      : inner_(inner), host_logits_(host_logits) {}
+  const ModelInfo& info() const override { return inner_->info(); }
+  absl::StatusOr<int64_t> Open(int64_t capacity) override { return inner_->Open(capacity); }
+  absl::Status Forward(const std::vector<ForwardSeq>& seqs, ForwardOutput* out,
+                       const ForwardOptions& options) override {
+    ForwardOptions o = options;
+    if (host_logits_) o.row_sampling.clear();
+    bool has_tree = false, has_chain = false;
+    for (const ForwardSeq& s : seqs) (s.parents.empty() ? has_chain : has_tree) = true;
+    if (has_tree && has_chain) ++mixed_passes;
+    absl::Status st = inner_->Forward(seqs, out, o);
+    if (st.ok() && out->fetch_probs) {
+      EXPECT_TRUE(out->logits.empty()) << "rows kept on the device must not come back whole";
+      for (const ForwardSeq& s : seqs) {
+        if (!s.parents.empty()) tree_rows += static_cast<int64_t>(s.tokens.size());
+      }
+      auto fetch = std::move(out->fetch_probs);
+      out->fetch_probs = [this, fetch](int64_t row, float* probs) {
+        ++fetched_rows;
+        return fetch(row, probs);
+      };
+    }
+    return st;
+  }
+  absl::Status Commit(int64_t h, int64_t n) override { return inner_->Commit(h, n); }
+  absl::Status CommitPath(int64_t h, const std::vector<int32_t>& path) override {
+    return inner_->CommitPath(h, path);
+  }
+  void Release(int64_t h) override { inner_->Release(h); }
+  int64_t length(int64_t h) const override { return inner_->length(h); }
+  SequenceModelStats stats() const override { return inner_->stats(); }
+
+  int64_t mixed_passes = 0;
+  int64_t tree_rows = 0;     // tree rows of passes that kept their rows on the device
+  int64_t fetched_rows = 0;  // rows brought back through fetch_probs
+
+ private:
+  SequenceModel* const inner_;
+  const bool host_logits_;
+};
+
+TEST_F(TargetRunnerTest, DeviceProcessedRowsGiveTheHostTokens) {
+  // Sequence i: its sampling, verify mode and a draft q on its trees.
+  struct Case {
+    SamplingParams sampling;
+    std::optional<VerifyMode> mode;
+  };
+  std::vector<Case> cases = {{{0.8f, 0, 1.0f}, VerifyMode::kMultiRound},
+                             {{1.3f, 20, 1.0f}, VerifyMode::kTargetSampling},
+                             {{0.7f, 0, 0.9f}, VerifyMode::kMultiRound},
+                             {{1.0f, 8, 0.8f}, std::nullopt},
+                             {{0.0f, 0, 1.0f}, std::nullopt}};  // greedy in the same batch
+  auto run = [&](bool host_logits, int64_t* fetched, int64_t* tree_rows) {
+    Make();
+    RecordingModel model(model_.get(), host_logits);
+    TargetRunner runner(&model, {.max_context = 256, .max_tree_nodes = 32});
+    std::vector<OpenSpec> specs;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      specs.push_back({i + 1, Prompt(static_cast<int>(i) + 20), cases[i].sampling, 77 + i, 128});
+    }
+    std::vector<int32_t> roots;
+    for (const OpenOutcome& o : runner.Open(specs)) {
+      EXPECT_TRUE(o.status.ok()) << o.status;
+      roots.push_back(o.first_token);
+    }
+    std::vector<std::vector<int32_t>> tokens(cases.size());
+    for (uint64_t step = 1; step <= 15; ++step) {
+      std::vector<StepSpec> steps;
+      for (size_t i = 0; i < cases.size(); ++i) {
+        StepSpec s;
+        s.id = i + 1;
+        s.step = step;
+        s.mode = cases[i].mode;
+        // Two levels of three children with a uniform q over 12 tokens.
+        s.tree = TokenTree::Root(roots[i]);
+        SparseDist q;
+        for (int t = 0; t < 12; ++t) {
+          q.tokens.push_back((roots[i] + 3 * t + static_cast<int>(step)) % 128);
+          q.probs.push_back(1.0f / 12);
+        }
+        for (int c = 0; c < 3; ++c) {
+          const int32_t child = s.tree.AddNode(0, q.tokens[c]);
+          for (int g = 0; g < 3; ++g) s.tree.AddNode(child, q.tokens[3 + g]);
+        }
+        if (!cases[i].sampling.greedy()) {
+          s.tree.draft.resize(s.tree.num_nodes());
+          s.tree.draft[0] = q;
+        }
+        steps.push_back(s);
+      }
+      std::vector<StepOutcome> out = runner.Verify(steps, nullptr);
+      for (size_t i = 0; i < cases.size(); ++i) {
+        EXPECT_TRUE(out[i].status.ok()) << "sequence " << i << ": " << out[i].status;
+        if (!out[i].status.ok()) continue;
+        roots[i] = out[i].tokens.back();
+        tokens[i].insert(tokens[i].end(), out[i].tokens.begin(), out[i].tokens.end());
+        tokens[i].insert(tokens[i].end(), out[i].accepted_nodes.begin(),
+                         out[i].accepted_nodes.end());
+      }
+    }
+    *fetched = model.fetched_rows;
+    *tree_rows = model.tree_rows;
+    return tokens;
+  };
+  int64_t host_fetched = 0, host_rows = 0, device_fetched = 0, device_rows = 0;
+  const auto host = run(/*host_logits=*/true, &host_fetched, &host_rows);
+  const auto device = run(/*host_logits=*/false, &device_fetched, &device_rows);
+  for (size_t i = 0; i < cases.size(); ++i) EXPECT_EQ(device[i], host[i]) << "sequence " << i;
+  EXPECT_EQ(host_fetched, 0);
+  EXPECT_GT(device_fetched, 0) << "the sampled sequences read their rows through fetch_probs";
+  EXPECT_LT(device_fetched, device_rows / 2)
+      << "only the rows on each accepted path come back, not every tree node";
+}
+
+TEST_F(TargetRunnerTest, PromptPiecesRideOnVerifyPasses) {
+  SamplingParams sampled;
+  sampled.temperature = 0.9f;
+  const std::vector<int32_t> live = Prompt(1), long_prompt = Prompt(2, 120);
+  const std::vector<int32_t> g = Greedy(live, 40);
+  // The reference: the same sampled sequence opened with nothing else going on.
+  OpenOutcome alone = OpenOne(9, long_prompt, 200, sampled, 31);
+  ASSERT_TRUE(alone.status.ok()) << alone.status;
+
+  Make(256, {.max_context = 256, .max_tree_nodes = 16, .prefill_chunk_tokens = 4});
+  RecordingModel model(model_.get(), /*host_logits=*/false);
+  TargetRunner runner(&model, {.max_context = 256, .max_tree_nodes = 16, .prefill_chunk_tokens = 4});
+  ASSERT_TRUE(runner.Open({{1, live, {}, 0, 64}})[0].status.ok());
+  uint64_t step = 1;
+  auto verify_live = [&] {
+    StepSpec s;
+    s.id = 1;
+    s.step = step;
+    s.tree = TokenTree::Root(g[step - 1]);
+    StepOutcome out = runner.Verify({s}, nullptr)[0];
+    EXPECT_TRUE(out.status.ok()) << out.status;
+    EXPECT_EQ(out.tokens, std::vector<int32_t>{g[step]}) << "step " << step;
+    ++step;
+  };
+  verify_live();  // the stream is live
+  std::atomic<bool> open_done{false};
+  OpenOutcome opened;
+  std::thread opener([&] {
+    opened = runner.Open({{2, long_prompt, sampled, 31, 200}})[0];
+    open_done = true;
+  });
+  // The Open holds its (hidden) sequence once it has begun.
+  ASSERT_TRUE(WaitFor([&] { return runner.Stats().num_sequences == 2; }));
+  while (!open_done.load() && step < g.size()) verify_live();
+  opener.join();
+  ASSERT_TRUE(opened.status.ok()) << opened.status;
+  EXPECT_EQ(opened.first_token, alone.first_token);
+  EXPECT_GT(model.mixed_passes, 0) << "no prompt piece rode on a Verify pass";
+  EXPECT_TRUE(runner.HasSequence(2));
 }
 
 TEST_F(TargetRunnerTest, LeasesReleaseIdleSequences) {

@@ -340,5 +340,51 @@ TEST(VerifyTest, ParseVerifyMode) {
   EXPECT_EQ(ParseVerifyMode("beam").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// The sampling rules from processed rows fetched on demand (the worker keeps
+// rows on the device) give the result of the rules on the logits, and read
+// only the rows on the accepted path.
+TEST(VerifySampledRowsTest, EqualsVerifyOnTheLogitsAndReadsOnlyThePath) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  const TokenTree base = SmallTree();
+  for (int trial = 0; trial < 300; ++trial) {
+    TokenTree tree = base;
+    if (trial % 2 == 0) {
+      // A draft q at the root and at node 1 (multi-round rounds there).
+      tree.draft.resize(tree.num_nodes());
+      tree.draft[0] = SparseDist{{5, 7, 9}, {0.5f, 0.3f, 0.2f}};
+      tree.draft[1] = SparseDist{{2, 3}, {0.6f, 0.4f}};
+    }
+    std::vector<float> logits(tree.num_nodes() * kVocab);
+    for (float& x : logits) x = u(rng);
+    const SamplingParams params = Temp(0.5f + 0.1f * (trial % 10), trial % 3 == 0 ? 4 : 0,
+                                       trial % 5 == 0 ? 0.8f : 1.0f);
+    const VerifyMode mode = trial % 3 == 2 ? VerifyMode::kTargetSampling : VerifyMode::kMultiRound;
+    const RngKey key = Key(100 + trial, trial);
+    const VerifyResult want = Verify(mode, tree, logits.data(), kVocab, params, key);
+    std::vector<int32_t> read;
+    std::vector<float> row;
+    absl::StatusOr<VerifyResult> got =
+        VerifySampledRows(mode, tree, kVocab, params, key, [&](int32_t v) -> absl::StatusOr<const float*> {
+          read.push_back(v);
+          ProcessLogits(logits.data() + v * kVocab, kVocab, params, &row);
+          return row.data();
+        });
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->path, want.path) << "trial " << trial;
+    EXPECT_EQ(got->accepted_tokens, want.accepted_tokens) << "trial " << trial;
+    EXPECT_EQ(got->bonus_token, want.bonus_token) << "trial " << trial;
+    EXPECT_EQ(read, want.path) << "trial " << trial << ": rows off the accepted path were read";
+  }
+}
+
+TEST(VerifySampledRowsTest, AFailedFetchFailsTheVerification) {
+  const TokenTree tree = SmallTree();
+  absl::StatusOr<VerifyResult> r = VerifySampledRows(
+      VerifyMode::kTargetSampling, tree, kVocab, Temp(1.0f), Key(1, 1),
+      [](int32_t) -> absl::StatusOr<const float*> { return absl::UnavailableError("device lost"); });
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
+}
+
 }  // namespace
 }  // namespace treespec

@@ -1,0 +1,250 @@
+// TargetRunner's prefill: how a long prompt is admitted without stalling the
+// sequences already streaming (issue 10 point 3).
+//
+// A prompt is fed in pieces. While live streams send Verify calls, each
+// Verify pass carries the next piece of the waiting prompts in the same
+// forward batch (chunked prefill fused with decoding, Sarathi-Serve's
+// stall-free batching): a forward pass costs a fixed part (on a CPU, reading
+// every weight once) plus a part per token, so a piece that rides on a pass
+// costs only its per-token part, and the live step it slows is one the
+// streams were taking anyway. The piece is sized from a fit of measured pass
+// times, fixed + per_token * tokens, so that it adds about half to the pass:
+// a live stream's step takes at most about 1.5 times as long during the
+// admission, whatever the prompt length. When no Verify has come for a few
+// step intervals (no live streams), Open runs passes of its own, at most
+// prefill_chunk_tokens long, sized to half a verify pass while streams were
+// live recently, and lets a waiting Verify go first between them.
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "core/spec/philox.h"
+#include "worker/target_runner.h"
+
+namespace treespec {
+namespace {
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+bool NoCallWaiting(std::atomic<int>* waiting) { return waiting->load() == 0; }
+
+// Passes observed before the pass-time fit is trusted.
+constexpr int64_t kMinPassesForFit = 8;
+
+}  // namespace
+
+std::vector<TargetRunner::Prefill> TargetRunner::BeginOpen(const std::vector<OpenSpec>& specs,
+                                                           std::vector<OpenOutcome>* out) {
+  std::vector<Prefill> work;
+  BatchIds ids;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const OpenSpec& spec = specs[i];
+    OpenOutcome& o = (*out)[i];
+    o.id = spec.id;
+    o.status = CheckOpen(spec);
+    if (o.status.ok()) o.status = ids.Add(spec.id);
+    if (!o.status.ok()) continue;
+    Seq seq;
+    seq.sampling = spec.sampling;
+    seq.seed = spec.seed;
+    seq.feature_layers = spec.feature_layers;
+    seq.max_total = spec.max_total_tokens > 0 ? spec.max_total_tokens : options_.max_context;
+    absl::StatusOr<int64_t> handle = model_->Open(seq.max_total + options_.max_tree_nodes);
+    if (!handle.ok()) {
+      o.status = handle.status();
+      continue;
+    }
+    seq.handle = *handle;
+    o.status = table_.Insert(spec.id, seq, /*visible=*/false);
+    if (!o.status.ok()) {
+      model_->Release(*handle);
+      continue;
+    }
+    Prefill p;
+    p.id = spec.id;
+    p.handle = *handle;
+    p.prompt = &spec.prompt;
+    p.out = &o;
+    work.push_back(p);
+  }
+  return work;
+}
+
+std::vector<OpenOutcome> TargetRunner::Open(const std::vector<OpenSpec>& specs) {
+  std::vector<OpenOutcome> out(specs.size());
+  mu_.Lock();
+  std::vector<Prefill> work = BeginOpen(specs, &out);
+  for (Prefill& p : work) prefilling_.push_back(&p);
+  auto all_done = [&work] {
+    return std::all_of(work.begin(), work.end(), [](const Prefill& p) { return p.done; });
+  };
+  while (!all_done()) {
+    if (StreamsLive()) {
+      // Verify passes carry the prompt; wake up to take over if they stop.
+      mu_.AwaitWithTimeout(absl::Condition(&all_done), IdleWait());
+      continue;
+    }
+    RunOwnChunk();
+    // Waiting Verify and Release calls go first.
+    mu_.Unlock();
+    mu_.LockWhen(absl::Condition(&NoCallWaiting, &calls_waiting_));
+  }
+  auto mine = [&work](const Prefill* p) {
+    return std::any_of(work.begin(), work.end(), [p](const Prefill& w) { return &w == p; });
+  };
+  prefilling_.erase(std::remove_if(prefilling_.begin(), prefilling_.end(), mine),
+                    prefilling_.end());
+  mu_.Unlock();
+  return out;
+}
+
+bool TargetRunner::StreamsLive() const { return absl::Now() - last_verify_at_ < IdleWait(); }
+
+absl::Duration TargetRunner::IdleWait() const {
+  // A few step intervals without a Verify mean the streams are gone.
+  return std::clamp(absl::Seconds(3 * verify_interval_s_), absl::Milliseconds(10),
+                    absl::Milliseconds(100));
+}
+
+int64_t TargetRunner::ChunkTokens() const {
+  // Verify batches this recent mean live streams: keep each own pass at
+  // about half of theirs, so a live step waits for at most half a step.
+  constexpr absl::Duration kLive = absl::Milliseconds(250);
+  const int64_t most = options_.prefill_chunk_tokens;
+  if (absl::Now() - last_verify_at_ >= kLive) return most;
+  const std::vector<double>& theta = pass_time_.coefficients();
+  if (pass_time_.num_observed() < kMinPassesForFit || theta[1] <= 0) {
+    return std::clamp<int64_t>(last_verify_tokens_ / 2, 1, most);
+  }
+  const double budget_s = 0.5 * last_verify_ns_ * 1e-9 - theta[0];
+  return std::clamp<int64_t>(static_cast<int64_t>(budget_s / theta[1]), 1, most);
+}
+
+int64_t TargetRunner::FusedTokens(int64_t verify_tokens) const {
+  // fixed + per_token * (v + n) <= 1.5 * (fixed + per_token * v) gives
+  // n <= (fixed / per_token + v) / 2. Without a fit the fixed part is taken
+  // as 0 (n = v / 2 holds the bound for any pass time that grows at most
+  // linearly). Pass times are noisy and not quite linear (past a knee the
+  // per-token cost grows), so the fitted fixed part counts for at most 3v
+  // tokens: n <= 2v, which bounds the damage of a wrong fit.
+  const double v = static_cast<double>(verify_tokens);
+  double fixed_tokens = 0;
+  const std::vector<double>& theta = pass_time_.coefficients();
+  if (pass_time_.num_observed() >= kMinPassesForFit && theta[1] > 0) {
+    fixed_tokens = std::min(3 * v, theta[0] / theta[1]);
+  }
+  return std::clamp<int64_t>(static_cast<int64_t>(0.5 * (fixed_tokens + v)), 1,
+                             options_.prefill_chunk_tokens);
+}
+
+void TargetRunner::ObservePass(int64_t tokens, int64_t ns) {
+  if (tokens > 0) pass_time_.Observe({1.0, static_cast<double>(tokens)}, ns * 1e-9);
+}
+
+void TargetRunner::FailOpen(Prefill* p, absl::Status st) {
+  model_->Release(p->handle);
+  table_.Erase(p->id);
+  p->out->status = std::move(st);
+  p->done = true;
+}
+
+std::vector<TargetRunner::Prefill*> TargetRunner::TakePieces(int64_t budget,
+                                                             std::vector<ForwardSeq>* batch) {
+  std::vector<Prefill*> pieces;
+  for (Prefill* p : prefilling_) {
+    if (p->done) continue;
+    if (table_.FindAny(p->id)->release_requested) {
+      FailOpen(p, absl::CancelledError(absl::StrCat(
+                      "sequence_id ", p->id, " was released while its prompt was prefilled")));
+      continue;
+    }
+    if (budget <= 0) continue;
+    const size_t end = std::min(p->prompt->size(), p->fed + static_cast<size_t>(budget));
+    const bool last = end == p->prompt->size();
+    // A drafter reading features needs every prompt row's hidden states,
+    // which come with the rows that have logits.
+    const bool rows = !table_.FindAny(p->id)->feature_layers.empty();
+    batch->push_back({p->handle,
+                      std::vector<int32_t>(p->prompt->begin() + p->fed, p->prompt->begin() + end),
+                      {},
+                      rows ? LogitsMode::kAll : last ? LogitsMode::kLast : LogitsMode::kNone});
+    budget -= static_cast<int64_t>(end - p->fed);
+    pieces.push_back(p);
+  }
+  return pieces;
+}
+
+void TargetRunner::FinishPieces(const std::vector<Prefill*>& pieces,
+                                const std::vector<ForwardSeq>& batch, size_t first,
+                                const absl::Status& st, const ForwardOutput& fo,
+                                const std::vector<int32_t>& hidden_layers) {
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    Prefill* p = pieces[k];
+    const ForwardSeq& piece = batch[first + k];
+    const int64_t n = static_cast<int64_t>(piece.tokens.size());
+    absl::Status seq_st = st.ok() ? model_->Commit(p->handle, n) : st;
+    if (!seq_st.ok()) {
+      FailOpen(p, seq_st);
+      continue;
+    }
+    p->fed += static_cast<size_t>(n);
+    Seq* seq = table_.FindAny(p->id);
+    if (!seq->feature_layers.empty()) {
+      std::vector<int32_t> rows(static_cast<size_t>(n));
+      for (int32_t r = 0; r < static_cast<int32_t>(n); ++r) rows[r] = r;
+      AppendFeatures(fo, hidden_layers, seq->feature_layers, fo.row_start[first + k], rows,
+                     &p->out->features);
+    }
+    if (p->fed != p->prompt->size()) continue;
+    absl::StatusOr<int32_t> first_token = FirstToken(*seq, fo, fo.row_start[first + k + 1] - 1);
+    if (!first_token.ok()) {
+      FailOpen(p, first_token.status());
+      continue;
+    }
+    seq->pending = *first_token;
+    seq->num_tokens = static_cast<int64_t>(p->prompt->size()) + 1;
+    p->out->first_token = seq->pending;
+    p->done = true;
+    table_.Publish(p->id);
+  }
+}
+
+void TargetRunner::RunOwnChunk() {
+  std::vector<ForwardSeq> batch;
+  const std::vector<Prefill*> pieces = TakePieces(ChunkTokens(), &batch);
+  if (pieces.empty()) return;
+  const int64_t t0 = NowNs();
+  ForwardOutput fo;
+  ForwardOptions options;
+  for (const Prefill* p : pieces) {
+    options.hidden_layers =
+        UnionLayers(options.hidden_layers, table_.FindAny(p->id)->feature_layers);
+  }
+  const absl::Status st = model_->Forward(batch, &fo, options);
+  int64_t tokens = 0;
+  for (const ForwardSeq& f : batch) tokens += static_cast<int64_t>(f.tokens.size());
+  ObservePass(tokens, NowNs() - t0);
+  FinishPieces(pieces, batch, 0, st, fo, options.hidden_layers);
+}
+
+absl::StatusOr<int32_t> TargetRunner::FirstToken(const Seq& seq, const ForwardOutput& fo,
+                                                 int64_t row) const {
+  const int64_t V = model_->info().vocab_size;
+  if (!fo.logits.empty()) {
+    if (seq.sampling.greedy()) return Argmax(fo.row_logits(row), V);
+    std::vector<float> probs;
+    ProcessLogits(fo.row_logits(row), V, seq.sampling, &probs);
+    return SampleDense(probs, Uniform({seq.seed, RngStream::kVerify, 0, 0}, 0));
+  }
+  if (seq.sampling.greedy()) return fo.argmax[row];
+  std::vector<float> probs(V);
+  absl::Status st = fo.fetch_probs(row, probs.data());
+  if (!st.ok()) return st;
+  return SampleDense(probs, Uniform({seq.seed, RngStream::kVerify, 0, 0}, 0));
+}
+
+}  // namespace treespec
