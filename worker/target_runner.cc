@@ -200,9 +200,15 @@ std::vector<StepOutcome> TargetRunner::Verify(const std::vector<StepSpec>& steps
   FinishPieces(pieces, batch, num_verify, st, fo, options.hidden_layers);
   if (timings != nullptr) {
     // The trees' share of the pass: the coordinator's cost model plans trees,
-    // not somebody else's prompt.
+    // not somebody else's prompt. The pieces cost their tokens' marginal time
+    // (the fixed part of the pass is the trees'); at least the share in
+    // proportion to the tokens.
+    const int64_t pass_ns = t1 - t0;
+    const double piece_ns =
+        pass_time_.coefficients()[1] * 1e9 * static_cast<double>(pass_tokens - verify_tokens);
+    const int64_t proportional = pass_tokens > 0 ? pass_ns * verify_tokens / pass_tokens : pass_ns;
     timings->forward_ns =
-        pass_tokens > 0 ? (t1 - t0) * verify_tokens / pass_tokens : t1 - t0;
+        std::max(proportional, pass_ns - static_cast<int64_t>(piece_ns));
     timings->verify_ns = NowNs() - t1;
   }
   return out;

@@ -110,8 +110,7 @@ struct StepOutcome {
 };
 
 struct StepTimings {
-  // The forward pass, less the share of the prompt pieces it carried (in
-  // proportion to their tokens).
+  // The forward pass, less the marginal time of the prompt pieces it carried.
   int64_t forward_ns = 0;
   int64_t verify_ns = 0;
 };
