@@ -75,7 +75,8 @@ next-token distributions the soft labels. Held-out evaluation: the 50 prompts of
 ## Acceptance (measured with treespec)
 
 `build/bin/acceptance_bench --markdown --drafters mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter,eagle=models/demo/eagle-head,eagle3=models/demo/eagle3-head --temperatures 0`
-(worker and drafter cores in process, the 50 held-out prompts, 128 new tokens each, CPU). τ counts
+(run as two invocations with the same settings, the second with `--drafters eagle3=models/demo/eagle3-head`;
+worker and drafter cores in process, the 50 held-out prompts, 128 new tokens each, CPU). τ counts
 accepted draft tokens plus the bonus token per target step.
 
 {acc}
