@@ -10,7 +10,9 @@
 // run of the same round, which is robust to a noisy shared machine.
 //
 //   build/bin/spec_bench [--target models/demo/target]
-//       [--drafters mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter]
+//       [--drafters mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter,
+//                   eagle=models/demo/eagle-head,eagle3=models/demo/eagle3-head]
+//       (eagle kinds get --target TARGET: the head reads its embedding and LM head)
 //       (a useless drafter: useless:transformer=build/useless-drafter, written by
 //       tools/models/randomize_weights.py)
 //       [--trees "auto;chain:4;3,2,2,1,1"] [--max_tokens 128] [--requests_per_client 2]
@@ -32,7 +34,8 @@
 #include "core/util/cli_args.h"
 
 ABSL_FLAG(std::string, target, "models/demo/target", "Target model directory");
-ABSL_FLAG(std::string, drafters, "mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter",
+ABSL_FLAG(std::string, drafters, "mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter,"
+          "eagle=models/demo/eagle-head,eagle3=models/demo/eagle3-head",
           "[NAME:]KIND=DIR[,...] (NAME defaults to KIND)");
 ABSL_FLAG(std::string, trees, "auto;chain:4;3,2,2,1,1",
           "';'-separated tree shapes of the speculative runs (auto: planned per step)");
