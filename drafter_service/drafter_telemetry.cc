@@ -1,5 +1,6 @@
 #include "drafter_service/drafter_telemetry.h"
 
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -26,6 +27,19 @@ void RegisterDrafterTelemetry(v1::Drafter::Service* service, ServiceObservabilit
                         return std::vector<GaugeSample>{
                             {{"used"}, double(i.slots_total() - i.slots_free())},
                             {{"free"}, double(i.slots_free())}};
+                      });
+  // The drafter's kind and the target layers it reads (EAGLE heads), as labels.
+  r->AddGaugeCallback("treespec_drafter_info",
+                      "1, labelled with the drafter's kind and the target layers whose features it "
+                      "reads (empty for drafters that read tokens only)",
+                      {"kind", "feature_layers"}, [info] {
+                        auto [ok, i] = info();
+                        if (!ok) return std::vector<GaugeSample>{};
+                        std::string layers;
+                        for (int32_t l : i.feature_layers()) {
+                          layers += (layers.empty() ? "" : ",") + std::to_string(l);
+                        }
+                        return std::vector<GaugeSample>{{{i.kind(), layers}, 1.0}};
                       });
   const std::pair<const char*, int64_t (v1::DrafterInfoResponse::*)() const> predraft[] = {
       {"treespec_drafter_predraft_hits_total", &v1::DrafterInfoResponse::predraft_hits},

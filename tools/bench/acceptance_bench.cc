@@ -21,7 +21,8 @@
 #include "worker/target_runner.h"
 
 ABSL_FLAG(std::string, target, "models/demo/target", "Target model directory");
-ABSL_FLAG(std::string, drafters, "mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter",
+ABSL_FLAG(std::string, drafters, "mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter,"
+          "eagle=models/demo/eagle-head,eagle3=models/demo/eagle3-head",
           "KIND=DIR[,KIND=DIR...]");
 ABSL_FLAG(std::string, prompts, "models/demo/heldout_prompts.txt", "One prompt per line");
 ABSL_FLAG(int32_t, num_prompts, 50, "Prompts used (from the top of the file)");

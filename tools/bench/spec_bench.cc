@@ -10,7 +10,9 @@
 // run of the same round, which is robust to a noisy shared machine.
 //
 //   build/bin/spec_bench [--target models/demo/target]
-//       [--drafters mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter]
+//       [--drafters mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter,
+//                   eagle=models/demo/eagle-head,eagle3=models/demo/eagle3-head]
+//       (eagle kinds get --target TARGET: the head reads its embedding and LM head)
 //       (a useless drafter: useless:transformer=build/useless-drafter, written by
 //       tools/models/randomize_weights.py; extra drafter flags after '|', e.g.
 //       nopre:mamba=models/demo/mamba-drafter|--predraft=0)
@@ -33,7 +35,8 @@
 #include "core/util/cli_args.h"
 
 ABSL_FLAG(std::string, target, "models/demo/target", "Target model directory");
-ABSL_FLAG(std::string, drafters, "mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter",
+ABSL_FLAG(std::string, drafters, "mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter,"
+          "eagle=models/demo/eagle-head,eagle3=models/demo/eagle3-head",
           "[NAME:]KIND=DIR[|--flag=value ...][,...] (NAME defaults to KIND; flags after '|' "
           "go to that treespec-drafter)");
 ABSL_FLAG(std::string, trees, "auto;chain:4;3,2,2,1,1",

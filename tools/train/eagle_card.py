@@ -74,8 +74,9 @@ next-token distributions the soft labels. Held-out evaluation: the 50 prompts of
 
 ## Acceptance (measured with treespec)
 
-`build/bin/acceptance_bench --markdown --drafters mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter,eagle=models/demo/eagle-head,eagle3=models/demo/eagle3-head --temperatures 0`
-(worker and drafter cores in process, the 50 held-out prompts, 128 new tokens each, CPU). τ counts
+`build/bin/acceptance_bench --markdown --drafters mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter,eagle=models/demo/eagle-head,eagle3=models/demo/eagle3-head --temperatures 0` (T=1 rows: `--drafters eagle=...,eagle3=... --temperatures 1`, multi-round verification with children drawn from the head's top-32 q; the Mamba and transformer drafters' T=1 rows are in their own cards)
+(run as two invocations with the same settings, the second with `--drafters eagle3=models/demo/eagle3-head`;
+worker and drafter cores in process, the 50 held-out prompts, 128 new tokens each, CPU). τ counts
 accepted draft tokens plus the bonus token per target step.
 
 {acc}
