@@ -243,8 +243,11 @@ void Lane::Step() {
   const LaneRpc::Timing t = rpc_.TakeTiming();
   const int64_t draft_ns = t.drafter_reported_ns > 0 ? t.drafter_reported_ns : t.draft_ns;
   if (r.ok()) {
+    // The step as the cost models see it: the drafter's time and the verify
+    // RPC (at least the worker's reported forward pass).
+    const int64_t step_ns = draft_ns + std::max(t.verify_ns, t.worker_forward_ns);
     machine_.OnStepTimes(draft_ns * 1e-9, t.worker_forward_ns * 1e-9, t.verify_ns * 1e-9,
-                         (t.draft_ns + t.verify_ns) * 1e-9);
+                         step_ns * 1e-9);
   }
   absl::MutexLock lock(&mu_);
   stats_.steps += 1;

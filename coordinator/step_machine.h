@@ -183,7 +183,7 @@ class StepMachine {
   void ApplyVerify(const absl::StatusOr<std::vector<VerifyReply>>& replies);
   // Measured times of the step just applied: the Draft call (the drafter's
   // reported time, else the RPC's; 0 when not called), the worker's forward
-  // pass, the Verify RPC's wall time and the step's wall time (both RPCs).
+  // pass, the Verify RPC's wall time and the step's time (draft + verify).
   // Feeds the planner's cost models and its measured check.
   void OnStepTimes(double draft_seconds, double forward_seconds, double verify_rpc_seconds,
                    double step_seconds);

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "core/tensor/backend.h"
 #include "core/tensor/dtype.h"
@@ -46,6 +47,9 @@ ABSL_FLAG(int32_t, predraft, 2,
 ABSL_FLAG(bool, predraft_sampled, false,
           "Also pre-draft after sampled drafts (temperature > 0; their bonus token is rarely "
           "guessed)");
+ABSL_FLAG(int64_t, predraft_max_batch, -1,
+          "Draft calls of more sequences than this start no pre-drafting (0: any size; -1: 4 on "
+          "cpu devices, where pre-drafting competes with the worker for cores, 0 otherwise)");
 ABSL_FLAG(double, sequence_lease_s, 60,
           "Seconds after its last Open/Draft that a sequence is released (its client is presumed "
           "gone); 0: never");
@@ -117,6 +121,10 @@ int Main() {
   options.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk_tokens);
   options.predraft = absl::GetFlag(FLAGS_predraft);
   options.predraft_sampled = absl::GetFlag(FLAGS_predraft_sampled);
+  options.predraft_max_batch = absl::GetFlag(FLAGS_predraft_max_batch);
+  if (options.predraft_max_batch < 0) {
+    options.predraft_max_batch = absl::StartsWith(absl::GetFlag(FLAGS_device), "cpu") ? 4 : 0;
+  }
   options.sequence_lease = absl::Seconds(absl::GetFlag(FLAGS_sequence_lease_s));
   if (absl::Status st = options.Validate(); !st.ok()) return FailService(st);
   auto backend = CreateBackend(absl::GetFlag(FLAGS_device));

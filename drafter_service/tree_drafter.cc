@@ -78,6 +78,10 @@ absl::Status DrafterOptions::Validate() const {
   if (predraft < 0 || predraft > 16) {
     return absl::InvalidArgumentError(absl::StrCat("--predraft must be in [0, 16], got ", predraft));
   }
+  if (predraft_max_batch < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--predraft_max_batch must be >= 0, got ", predraft_max_batch));
+  }
   if (sequence_lease < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat("--sequence-lease-s ",
                                                    absl::ToDoubleSeconds(sequence_lease),
@@ -298,6 +302,9 @@ std::vector<DraftOutcome> TreeDrafter::Draft(const std::vector<DraftSpec>& specs
   const absl::Time t0 = absl::Now();
   ForegroundLock lock(this);
   const bool predraft = options_.predraft > 0;
+  // Larger calls start no pre-drafting (DrafterOptions::predraft_max_batch).
+  const bool seed = predraft && (options_.predraft_max_batch <= 0 ||
+                                 static_cast<int64_t>(specs.size()) <= options_.predraft_max_batch);
   pending_.clear();
   pending_round_ = 0;
   std::vector<DraftOutcome> out(specs.size());
@@ -329,7 +336,9 @@ std::vector<DraftOutcome> TreeDrafter::Draft(const std::vector<DraftSpec>& specs
         o.is_predraft_hit = true;
         o.answer_ns = absl::ToInt64Nanoseconds(absl::Now() - t0);
         ++hits_;
-        if (WantsPredraft(s)) seeds.push_back({s.id, s, o.tree, std::move(p.node_logits), {}});
+        if (seed && WantsPredraft(s)) {
+          seeds.push_back({s.id, s, o.tree, std::move(p.node_logits), {}});
+        }
         continue;
       }
       ++(state->prepared.empty() ? unprepared_ : misses_);
@@ -358,7 +367,7 @@ std::vector<DraftOutcome> TreeDrafter::Draft(const std::vector<DraftSpec>& specs
     st.last_tree = b.tree;
     seqs_.AdvanceStep(o.id);
     o.tree = std::move(b.tree);
-    if (predraft && WantsPredraft(*b.spec)) {
+    if (seed && WantsPredraft(*b.spec)) {
       seeds.push_back({o.id, *b.spec, o.tree, std::move(b.node_logits), {}});
     }
   }

@@ -269,7 +269,10 @@ TEST_F(LaneTest, AutoWithAPerfectDrafterChoosesDeepTrees) {
   EXPECT_EQ(o.ids, FakeReference({4}, 300));
   const v1::SpeculationStats& sp = o.final_chunk.speculation();
   EXPECT_EQ(sp.planned_steps(), sp.steps()) << "every step is planned";
-  EXPECT_LT(sp.plain_steps(), sp.steps() / 5) << "trees pay: " << sp.DebugString();
+  // The planner's measured check decodes 1 planned step in check_every (16)
+  // plainly by design, on top of the first step and the budget's last ones.
+  EXPECT_LT(sp.plain_steps(), sp.steps() / 5 + sp.steps() / 16)
+      << "trees pay: " << sp.DebugString();
   EXPECT_GT(sp.mean_accepted_length(), 3.0) << sp.DebugString();
   EXPECT_GT(sp.planned_expected_tokens(), 1.5) << sp.DebugString();
   EXPECT_GT(sp.planned_committed_tokens(), 3.0) << sp.DebugString();

@@ -39,7 +39,7 @@ class PredraftTest : public ::testing::TestWithParam<Kind> {
     ASSERT_TRUE(local.ok()) << local.status();
     local_ = std::move(*local);
   }
-  std::unique_ptr<Drafter> Make(int predraft, bool sampled = true) {
+  std::unique_ptr<Drafter> Make(int predraft, bool sampled = true, int64_t max_batch = 0) {
     DrafterOptions o;
     o.kind = GetParam().kind;
     o.model_dir = ModelDir(GetParam().model);
@@ -48,6 +48,7 @@ class PredraftTest : public ::testing::TestWithParam<Kind> {
     o.max_context = 256;
     o.predraft = predraft;
     o.predraft_sampled = sampled;
+    o.predraft_max_batch = max_batch;
     auto d = CreateDrafter(o, backend_.get());
     EXPECT_TRUE(d.ok()) << d.status();
     return d.ok() ? std::move(*d) : nullptr;
@@ -173,6 +174,31 @@ TEST_P(PredraftTest, SampledDraftsAreNotPreDraftedUnlessAsked) {
   ASSERT_TRUE(d->Draft({s})[0].status.ok());
   EXPECT_EQ(d->Stats().predraft_unprepared, 2);
   EXPECT_EQ(d->Stats().predraft_hits + d->Stats().predraft_misses, 0);
+}
+
+TEST_P(PredraftTest, CallsLargerThanMaxBatchArePreDraftedNot) {
+  std::unique_ptr<Drafter> d = Make(2, /*sampled=*/true, /*max_batch=*/1);
+  ASSERT_TRUE(d->Open({{1, {4, 5, 6}}, {2, {4, 5, 7}}})[0].ok());
+  auto spec = [](uint64_t id, uint64_t step, int32_t token) {
+    DraftSpec s;
+    s.id = id;
+    s.step = step;
+    s.new_tokens = {token};
+    s.shape = *TreeShape::Parse("2,1");
+    return s;
+  };
+  // A call of two sequences prepares nothing: the next call finds nothing ...
+  for (const DraftOutcome& o : d->Draft({spec(1, 1, 7), spec(2, 1, 8)})) {
+    ASSERT_TRUE(o.status.ok()) << o.status;
+  }
+  d->WaitIdle();
+  ASSERT_TRUE(d->Draft({spec(1, 2, 9)})[0].status.ok());
+  EXPECT_EQ(d->Stats().predraft_unprepared, 3);
+  // ... a call of one does: the next call hits or misses a prepared tree.
+  d->WaitIdle();
+  ASSERT_TRUE(d->Draft({spec(1, 3, 10)})[0].status.ok());
+  EXPECT_EQ(d->Stats().predraft_unprepared, 3);
+  EXPECT_EQ(d->Stats().predraft_hits + d->Stats().predraft_misses, 1);
 }
 
 TEST_P(PredraftTest, ReleaseFreesPreparedForks) {
