@@ -402,26 +402,33 @@ TEST(TpTest, GreedySpeculativeEqualsPlainGreedy) {
   EXPECT_GT(self_alone.final_chunk.speculation().accepted_tokens(), kTokens / 2);
 }
 
-// EAGLE heads read rank 0's hidden states (features after the all-reduces,
-// whole on every rank) at Open, prefilled in chunks of 3, and at every Verify.
+// EAGLE and EAGLE-3 heads read rank 0's hidden states (features after the
+// all-reduces, whole on every rank) at Open, prefilled in chunks of 3, and at
+// every Verify.
 TEST(TpTest, GreedyEagleSpeculativeEqualsPlainGreedy) {
   const std::string demo = ::treespec::testing::SourceDir() + "/models/demo/";
   auto group = Group::Start(2, 3, demo + "target");
   ASSERT_TRUE(group.ok()) << group.status();
-  DrafterConfig eagle_config;
-  eagle_config.kind = "eagle";
-  eagle_config.model = demo + "eagle-head";
-  eagle_config.target = demo + "target";
-  auto eagle = InProcessDrafter::Start(eagle_config);
-  ASSERT_TRUE(eagle.ok()) << eagle.status();
+  const std::vector<std::string> kinds = {"eagle", "eagle3"};
+  std::vector<std::unique_ptr<InProcessDrafter>> drafters;
   CoordinatorConfig cc;
   cc.workers = {(*group)->address};
-  cc.drafters = {{"eagle", (*eagle)->address()}};
+  for (const std::string& kind : kinds) {
+    DrafterConfig config;
+    config.kind = kind;
+    config.model = demo + kind + "-head";
+    config.target = demo + "target";
+    auto d = InProcessDrafter::Start(config);
+    ASSERT_TRUE(d.ok()) << kind << ": " << d.status();
+    cc.drafters.push_back({kind, (*d)->address()});
+    drafters.push_back(std::move(*d));
+  }
   auto coordinator = InProcessCoordinator::Start(std::move(cc));
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
   auto stub = (*coordinator)->NewStub();
 
   constexpr int kTokens = 40;
+  const size_t per_prompt = 1 + 2 * kinds.size();  // plain, then a tree and a chain per kind
   std::vector<v1::GenerateRequest> requests;
   std::vector<std::string> what;
   for (int i = 0; i < 4; ++i) {
@@ -429,16 +436,18 @@ TEST(TpTest, GreedyEagleSpeculativeEqualsPlainGreedy) {
     for (int32_t t : TestPrompt(i, 4 + i)) prompt.push_back(300 + t);
     requests.push_back(MakeRequest(prompt, kTokens, "none"));
     what.push_back(absl::StrCat("plain prompt ", i));
-    requests.push_back(MakeRequest(prompt, kTokens, "eagle", "3,2,2,1,1"));
-    what.push_back(absl::StrCat("eagle prompt ", i));
-    requests.push_back(MakeRequest(prompt, kTokens, "eagle", "chain:4"));
-    what.push_back(absl::StrCat("eagle chain prompt ", i));
+    for (const std::string& kind : kinds) {
+      requests.push_back(MakeRequest(prompt, kTokens, kind, "3,2,2,1,1"));
+      what.push_back(absl::StrCat(kind, " prompt ", i));
+      requests.push_back(MakeRequest(prompt, kTokens, kind, "chain:4"));
+      what.push_back(absl::StrCat(kind, " chain prompt ", i));
+    }
   }
   std::vector<GenerateResult> results = RunConcurrently(stub.get(), requests);
   for (size_t k = 0; k < results.size(); ++k) {
     ASSERT_TRUE(results[k].status.ok()) << what[k] << ": " << results[k].status.error_message();
-    EXPECT_EQ(results[k].ids, results[k - k % 3].ids) << what[k];
-    if (k % 3 == 0) continue;
+    EXPECT_EQ(results[k].ids, results[k - k % per_prompt].ids) << what[k];
+    if (k % per_prompt == 0) continue;
     const v1::SpeculationStats& s = results[k].final_chunk.speculation();
     EXPECT_EQ(s.fallback_steps(), 0) << what[k] << " " << s.ShortDebugString();
     EXPECT_GT(s.accepted_tokens(), 0) << what[k] << " " << s.ShortDebugString();
