@@ -34,45 +34,41 @@
 namespace treespec {
 
 class EagleDrafter final : public TreeDrafter {
-public:
+ public:
   // Loads the head in options.model_dir for the target in options.target_dir;
   // INVALID_ARGUMENT when options.kind is not the head's kind.
-  static absl::StatusOr<std::unique_ptr<EagleDrafter>>
-  Create(const DrafterOptions &options, Backend *backend);
+  static absl::StatusOr<std::unique_ptr<EagleDrafter>> Create(const DrafterOptions& options,
+                                                              Backend* backend);
   std::string kind() const override { return options_.kind; }
   int64_t vocab_size() const override { return head_->info().vocab_size; }
-  std::vector<int32_t> feature_layers() const override {
-    return head_->info().target_layers;
-  }
+  std::vector<int32_t> feature_layers() const override { return head_->info().target_layers; }
   ~EagleDrafter() override { StopPredraft(); }
 
-private:
+ private:
   struct HeadSeq {
     int64_t handle = 0;
-    std::vector<float>
-        node_h; // [nodes of the current tree, H]: each node's output h
+    std::vector<float> node_h;  // [nodes of the current tree, H]: each node's output h
   };
-  explicit EagleDrafter(const DrafterOptions &options);
-  absl::Status OpenSequence(const DrafterOpenSpec &spec) override;
-  void PrefillChunk(const std::vector<PromptChunk> &chunks,
-                    std::vector<absl::Status> *status) override;
-  absl::Status CheckDraftSpec(const DraftSpec &spec) const override;
+  explicit EagleDrafter(const DrafterOptions& options);
+  absl::Status OpenSequence(const DrafterOpenSpec& spec) override;
+  void PrefillChunk(const std::vector<PromptChunk>& chunks,
+                    std::vector<absl::Status>* status) override;
+  absl::Status CheckDraftSpec(const DraftSpec& spec) const override;
   void ReleaseSequence(uint64_t id) override;
-  void Advance(const std::vector<AdvanceItem> &items,
-               std::vector<float> *logits,
-               std::vector<absl::Status> *status) override;
-  absl::Status Expand(const std::vector<NodeFeed> &feeds,
-                      const std::map<uint64_t, TokenTree> &trees,
-                      std::vector<float> *logits) override;
+  void Advance(const std::vector<AdvanceItem>& items, std::vector<float>* logits,
+               std::vector<absl::Status>* status) override;
+  absl::Status Expand(const std::vector<NodeFeed>& feeds,
+                      const std::map<uint64_t, TokenTree>& trees,
+                      std::vector<float>* logits) override;
   DrafterStats ModelStats() const override;
-  absl::Status ForkSequence(uint64_t id, const std::vector<int32_t> &path,
+  absl::Status ForkSequence(uint64_t id, const std::vector<int32_t>& path,
                             uint64_t fork_id) override;
   void AdoptSequence(uint64_t fork_id, uint64_t id) override {}
   // Step 1 and the chain of step 2 for one item; out: the root's g row.
-  absl::Status CommitRows(const AdvanceItem &item, std::vector<float> *root_g);
+  absl::Status CommitRows(const AdvanceItem& item, std::vector<float>* root_g);
 
   std::unique_ptr<EagleHead> head_;
   std::map<uint64_t, HeadSeq> seqs_by_id_;
 };
 
-} // namespace treespec
+}  // namespace treespec

@@ -44,52 +44,50 @@ struct EagleHeadInfo {
   int64_t hidden_size = 0;
   int64_t vocab_size = 0;
   // Floats per position of the features the head reads: layers x hidden.
-  int64_t feature_width() const {
-    return static_cast<int64_t>(target_layers.size()) * hidden_size;
-  }
+  int64_t feature_width() const { return static_cast<int64_t>(target_layers.size()) * hidden_size; }
 };
 
 // "eagle" / "eagle3".
-const char *EagleKindName(EagleKind kind);
+const char* EagleKindName(EagleKind kind);
 
 class EagleHead {
-public:
+ public:
   // Loads the head in `head_dir` for the Llama target in `target_dir` on
   // `backend` (not owned, must outlive the head), with a KV cache of
   // `kv_blocks` blocks of `kv_block_size` rows.
-  static absl::StatusOr<std::unique_ptr<EagleHead>>
-  Load(const std::string &head_dir, const std::string &target_dir,
-       Backend *backend, int64_t kv_blocks, int64_t kv_block_size);
+  static absl::StatusOr<std::unique_ptr<EagleHead>> Load(const std::string& head_dir,
+                                                         const std::string& target_dir,
+                                                         Backend* backend, int64_t kv_blocks,
+                                                         int64_t kv_block_size);
 
-  const EagleHeadInfo &info() const { return info_; }
+  const EagleHeadInfo& info() const { return info_; }
 
   // Target features -> the head's g rows.
   // in: features [n, feature_width()] (per row: the target layers in
   //     info().target_layers order); out: g [n, hidden].
-  absl::Status Fuse(const std::vector<float> &features, int64_t n,
-                    std::vector<float> *g);
+  absl::Status Fuse(const std::vector<float>& features, int64_t n, std::vector<float>* g);
 
   // One packed pass over head sequences, as SequenceModel::Forward: each
   // ForwardSeq's tokens are the rows' tokens (token t+1 of row t).
   // in: g [total new rows, hidden] in the packed order of `seqs`.
   // out: out->logits for the rows each sequence asks for and out->hidden
   //      [1, those rows, hidden]: each row's h (the next row's g in a tree).
-  absl::Status Forward(const std::vector<ForwardSeq> &seqs,
-                       const std::vector<float> &g, ForwardOutput *out);
+  absl::Status Forward(const std::vector<ForwardSeq>& seqs, const std::vector<float>& g,
+                       ForwardOutput* out);
 
   // Open / Commit / CommitPath / ForkPath / Release of head sequences; its
   // Forward runs plain token embeddings and is not the head's (use Forward).
-  SequenceModel *sequences() { return seqs_.get(); }
+  SequenceModel* sequences() { return seqs_.get(); }
 
-private:
+ private:
   EagleHead() = default;
 
   EagleHeadInfo info_;
-  Backend *backend_ = nullptr;
+  Backend* backend_ = nullptr;
   std::unique_ptr<LlamaSequenceModel> seqs_;
-  Tensor fc_feature_, fc_token_; // the halves of fc: [H, H] each
-  Tensor fuse_;                  // eagle3: [H, feature_width]
+  Tensor fc_feature_, fc_token_;  // the halves of fc: [H, H] each
+  Tensor fuse_;                   // eagle3: [H, feature_width]
   Workspace workspace_;
 };
 
-} // namespace treespec
+}  // namespace treespec
