@@ -45,7 +45,7 @@ namespace treespec {
 struct SampledBanditOptions {
   double explore = 0.1;          // c, the bonus weight on α
   double prior_accepted = 1.0;   // optimistic start: α0 = prior_accepted / prior_trials
-  double prior_trials = 2.0;
+  double prior_trials = 2.0;    // worth two trials
   absl::Status Validate() const;  // finite, >= 0; prior_trials > 0; prior_accepted <= prior_trials
 };
 

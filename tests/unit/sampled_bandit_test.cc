@@ -34,11 +34,11 @@ std::vector<TreeShape> DefaultShapes() {
 
 TEST(SampledBanditTest, OptionsAreValidated) {
   EXPECT_TRUE(SampledBanditOptions{}.Validate().ok());
-  EXPECT_THAT(std::string(SampledBanditOptions{-1.0, 1.0, 2.0}.Validate().message()),
+  EXPECT_THAT(std::string(SampledBanditOptions{-1.0, 0.5, 1.0}.Validate().message()),
               HasSubstr("explore"));
-  EXPECT_THAT(std::string(SampledBanditOptions{0.1, NAN, 2.0}.Validate().message()),
+  EXPECT_THAT(std::string(SampledBanditOptions{0.1, NAN, 1.0}.Validate().message()),
               HasSubstr("prior_accepted"));
-  EXPECT_THAT(std::string(SampledBanditOptions{0.1, 3.0, 2.0}.Validate().message()),
+  EXPECT_THAT(std::string(SampledBanditOptions{0.1, 3.0, 1.0}.Validate().message()),
               HasSubstr("prior_trials"));
   EXPECT_EQ(SampledShapeBandit::Create({}, {}).status().code(),
             absl::StatusCode::kInvalidArgument);
