@@ -60,7 +60,8 @@ StepMachine::StepMachine(StepMachineOptions options)
           SpecPlannerOptions{options_.bandit_shapes, options_.planner, {}})) {
   if (options_.verify_profile.has_value()) planner_->SetVerifyProfile(*options_.verify_profile);
   if (options_.draft_profile.has_value()) planner_->SetDraftProfile(*options_.draft_profile);
-  sampled_costs_ = StepCostRatios::FromProfiles(options_.verify_profile, options_.draft_profile);
+  sampled_costs_ = StepCostRatios::FromProfiles(options_.verify_profile, options_.draft_profile,
+                                                options_.sampled_cost_batch);
 }
 StepMachine::~StepMachine() = default;
 

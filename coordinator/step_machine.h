@@ -69,6 +69,13 @@ struct StepMachineOptions {
   // on the rest of the batch, and a sampled step's outcome on its tree.
   bool plan_auto = true;
   SampledBanditOptions sampled_bandit;
+  // The batch whose per-sequence plain cost the sampled bandits' cost ratios
+  // are relative to (StepCostRatios::FromProfiles): a fixed constant, not the
+  // live batch, so that a seed's text does not depend on concurrency. 1 keeps
+  // the gain of a good drafter alone (mamba demo, CPU: 1.46x at c=1) but
+  // under-charges trees in large batches (0.86x at c=16); 4 gave 1.05x at
+  // c=1 and still 0.86x at c=16 (spec_bench, temperature 1).
+  int sampled_cost_batch = 1;
   PlannerOptions planner{.explore = 0.05};
   const Tokenizer* tokenizer = nullptr;         // text deltas; null: ids only
   CoordinatorTelemetry* telemetry = nullptr;    // null: no metrics or traces

@@ -25,11 +25,13 @@ absl::Status SampledBanditOptions::Validate() const {
 }
 
 StepCostRatios StepCostRatios::FromProfiles(const std::optional<VerifyCostModel>& verify,
-                                            const std::optional<DraftCostModel>& draft) {
+                                            const std::optional<DraftCostModel>& draft,
+                                            int reference_batch) {
   StepCostRatios r;
   if (!verify.has_value()) return r;
   const VerifyCostModel::Coefficients v = verify->coefficients();
-  const double plain = v.per_step + v.per_sequence + v.per_token;
+  const double plain =
+      v.per_step / std::max(1, reference_batch) + v.per_sequence + v.per_token;
   if (!(plain > 0.0) || !std::isfinite(plain)) return r;
   r.per_draft_node = v.per_token / plain;
   r.per_node_past_knee = v.per_token_past_knee / plain;

@@ -58,10 +58,14 @@ struct StepCostRatios {
   double per_draft_node_drafting = 0.0;  // the drafter's per-node cost
   double per_node_past_knee = 0.0;        // verify: past the roofline knee
   int64_t knee_tokens = 0;                // packed tokens (root included); <= 0: none
-  // From start-up profiles (batch of one, empty context); nullopt fields keep
-  // the constants above. Falls back to them when the plain step predicts <= 0.
+  // From start-up profiles, relative to one sequence's share of a plain step
+  // of `reference_batch` sequences (empty context): per_step / reference_batch
+  // + per_sequence + per_token. A larger reference batch is more conservative
+  // (the fixed step cost is shared, a tree token is not). nullopt profiles
+  // keep the constants above, as does a plain share that predicts <= 0.
   static StepCostRatios FromProfiles(const std::optional<VerifyCostModel>& verify,
-                                     const std::optional<DraftCostModel>& draft);
+                                     const std::optional<DraftCostModel>& draft,
+                                     int reference_batch = 1);
   double Cost(const TreeShape& shape) const;  // >= 1
 };
 

@@ -73,6 +73,10 @@ TEST(SampledBanditTest, CostRatiosComeFromTheProfiles) {
   EXPECT_NEAR(r.draft_call, 0.3, 1e-9);
   EXPECT_NEAR(r.per_level, 0.2, 1e-9);
   EXPECT_NEAR(r.per_draft_node_drafting, 0.05, 1e-9);
+  // Relative to a quarter of the step cost plus the per-sequence ones (2.5 + 2 + 2 ms).
+  StepCostRatios r4 = StepCostRatios::FromProfiles(*VerifyCostModel::FromCoefficients(v),
+                                                   *DraftCostModel::FromCoefficients(d), 4);
+  EXPECT_NEAR(r4.per_draft_node, 0.002 / 0.0055, 1e-9);
   // No profile: the conservative constants.
   StepCostRatios none = StepCostRatios::FromProfiles(std::nullopt, std::nullopt);
   EXPECT_EQ(none.per_draft_node, StepCostRatios{}.per_draft_node);
