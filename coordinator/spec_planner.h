@@ -53,6 +53,13 @@
 // (PlannerOptions::explore): a drafter that looks useless is retried now and
 // then as its discounted counts decay.
 //
+// Sampled requests are not planned here: their trees must not depend on
+// measured times or on the rest of the batch (a seed reproduces the text,
+// and a sampled step's output depends on its tree), so the step machine
+// gives each its own SampledShapeBandit (core/spec/sampled_bandit.h), which
+// has plain decoding as an arm and charges each shape its cost modelled from
+// this lane's start-up profiles, frozen when the step machine is built.
+//
 // Thread-compatible: the lane thread calls everything.
 #pragma once
 

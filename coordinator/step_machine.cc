@@ -42,6 +42,7 @@ struct StepMachine::Seq {
   uint64_t drafter_step = 1;
   Clock::time_point drafter_retry_at;
   std::optional<UcbBandit> bandit;
+  std::optional<SampledShapeBandit> sampled_bandit;  // sampled "auto"
   std::optional<TreeShape> planned;   // "auto": this step's shape from the planner
   std::vector<int32_t> draft_parents;  // the drafted tree's structure
   // The step in flight and the totals.
@@ -59,6 +60,8 @@ StepMachine::StepMachine(StepMachineOptions options)
           SpecPlannerOptions{options_.bandit_shapes, options_.planner, {}})) {
   if (options_.verify_profile.has_value()) planner_->SetVerifyProfile(*options_.verify_profile);
   if (options_.draft_profile.has_value()) planner_->SetDraftProfile(*options_.draft_profile);
+  sampled_costs_ = StepCostRatios::FromProfiles(options_.verify_profile, options_.draft_profile,
+                                                options_.sampled_cost_batch);
 }
 StepMachine::~StepMachine() = default;
 
@@ -106,9 +109,16 @@ StepMachine::Admission StepMachine::Admit(std::vector<std::shared_ptr<RequestSta
     const GenerationRequest& g = req->request();
     // A sampled request keeps a per-sequence bandit: its seed must reproduce
     // its text, and the planner's choices depend on measured times and on
-    // the other sequences (multi-round verification's output depends on the tree).
+    // the other sequences (multi-round verification's output depends on the
+    // tree). Its bandit has a plain arm and size-aware rewards with costs
+    // frozen at start-up (sampled_bandit.h), so a useless drafter converges
+    // to plain decoding within a few steps.
     const bool sampled = g.sampling.temperature > 0;
-    if (g.auto_tree && (!options_.plan_auto || sampled) && !options_.bandit_shapes.empty()) {
+    if (g.auto_tree && sampled && !options_.bandit_shapes.empty()) {
+      absl::StatusOr<SampledShapeBandit> b = SampledShapeBandit::Create(
+          options_.bandit_shapes, sampled_costs_, options_.sampled_bandit);
+      if (b.ok()) s->sampled_bandit = std::move(*b);
+    } else if (g.auto_tree && !options_.plan_auto && !options_.bandit_shapes.empty()) {
       absl::StatusOr<UcbBandit> b = UcbBandit::Create(options_.bandit_shapes, options_.bandit);
       if (b.ok()) s->bandit = std::move(*b);
     }
@@ -216,6 +226,12 @@ void StepMachine::OnDrafterOpened(const std::vector<uint64_t>& ids,
 
 std::optional<TreeShape> StepMachine::ChooseShape(Seq* s) {
   const GenerationRequest& g = s->req->request();
+  if (s->sampled_bandit.has_value()) {
+    const std::optional<int> k = s->sampled_bandit->Select();
+    if (!k.has_value()) return std::nullopt;  // plain: the drafter is not called
+    s->rec.arm = *k;
+    return s->sampled_bandit->arm(*k);
+  }
   if (s->bandit.has_value()) {
     s->rec.arm = s->bandit->Select();
     return s->bandit->arm(s->rec.arm);
@@ -239,6 +255,7 @@ void StepMachine::PlanAuto() {
     p.context_tokens = static_cast<int64_t>(s->tokens.size());
     p.remaining_tokens = std::max<int64_t>(1, g.max_tokens - s->out->counted());
     p.can_draft = s->drafter == Seq::Drafter::kOpen && !s->bandit.has_value() &&
+                  !s->sampled_bandit.has_value() &&
                   (g.auto_tree || g.tree.has_value());
     if (p.can_draft && !g.auto_tree) p.fixed_shape = g.tree;
     if (p.can_draft && g.auto_tree) {
@@ -439,6 +456,13 @@ void StepMachine::Commit(Seq* s, const VerifyReply& r) {
   if (drafted) {
     rec.accepted = r.num_accepted;
     if (s->bandit.has_value() && rec.arm >= 0) s->bandit->Update(rec.arm, r.num_accepted + 1);
+  }
+  if (s->sampled_bandit.has_value()) {
+    if (drafted && rec.arm >= 0) {
+      s->sampled_bandit->Update(rec.arm, r.num_accepted);
+    } else {
+      s->sampled_bandit->UpdatePlain();
+    }
   }
   s->totals.Add(rec);
   s->tel.OnVerify(rec.nodes, drafted ? r.num_accepted : 0, drafted ? rec.tree : std::string());

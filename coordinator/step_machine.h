@@ -50,6 +50,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/spec/bandit.h"
+#include "core/spec/sampled_bandit.h"
 #include "core/spec/sampling.h"
 #include "core/spec/tree_shape.h"
 #include "core/spec/verify.h"
@@ -68,10 +69,20 @@ struct StepMachineOptions {
   // "auto" plans every step's trees for the whole batch with SpecPlanner
   // (spec_planner.h; bandit_shapes are its candidates); false: a UCB bandit
   // per sequence over bandit_shapes, as before. Sampled requests
-  // (temperature > 0) always use the per-sequence bandit, so that a seed
+  // (temperature > 0) always use a per-sequence SampledShapeBandit
+  // (core/spec/sampled_bandit.h: plain decoding is one of its arms, rewards
+  // are size-aware, costs frozen from the profiles below), so that a seed
   // reproduces the text: the planner's choices depend on measured times and
   // on the rest of the batch, and a sampled step's outcome on its tree.
   bool plan_auto = true;
+  SampledBanditOptions sampled_bandit;
+  // The batch whose per-sequence plain cost the sampled bandits' cost ratios
+  // are relative to (StepCostRatios::FromProfiles): a fixed constant, not the
+  // live batch, so that a seed's text does not depend on concurrency. 1 keeps
+  // the gain of a good drafter alone (mamba demo, CPU: 1.46x at c=1) but
+  // under-charges trees in large batches (0.86x at c=16); 4 gave 1.05x at
+  // c=1 and still 0.86x at c=16 (spec_bench, temperature 1).
+  int sampled_cost_batch = 1;
   PlannerOptions planner{.explore = 0.05};
   const Tokenizer* tokenizer = nullptr;         // text deltas; null: ids only
   CoordinatorTelemetry* telemetry = nullptr;    // null: no metrics or traces
@@ -218,6 +229,7 @@ class StepMachine {
   std::vector<std::unique_ptr<Seq>> seqs_;      // in admission order
   std::vector<uint64_t> drafting_, verifying_;     // the items of the step in flight
   std::unique_ptr<SpecPlanner> planner_;
+  StepCostRatios sampled_costs_;  // frozen at construction from the profiles
   VerifyStepFeatures step_verify_;  // the step in flight, for the cost models
   DraftStepFeatures step_draft_;
   int64_t step_committed_ = 0;  // tokens committed by the step in flight

@@ -306,6 +306,21 @@ TEST_F(LaneTest, SampledAutoRequestsKeepTheirReproducibleBandit) {
   EXPECT_GT(TotalDrafts(drafter_.shapes()), 0);
 }
 
+TEST_F(LaneTest, SampledAutoWithAUselessDrafterDecodesPlainly) {
+  drafter_.mode = FakeDrafter::Mode::kUseless;
+  Start();
+  v1::GenerateRequest r = Request({4}, 80, "d", "auto");
+  r.mutable_sampling()->set_temperature(1.0f);
+  Outcome o = Collect(Submit(r).get());
+  ASSERT_TRUE(o.status.ok()) << o.status;
+  const v1::SpeculationStats& sp = o.final_chunk.speculation();
+  const int drafts = TotalDrafts(drafter_.shapes());
+  EXPECT_GT(drafts, 0) << "an optimistic start tries the drafter";
+  EXPECT_LE(drafts, 6) << "the sequence's bandit settles on plain: " << drafts << " drafts in "
+                       << sp.steps() << " steps";
+  EXPECT_EQ(sp.plain_steps(), sp.steps() - drafts);
+}
+
 TEST_F(LaneTest, AnExplicitShapeIsHonouredExactly) {
   drafter_.mode = FakeDrafter::Mode::kUseless;  // auto would drop it; a named shape is kept
   Start();

@@ -5,6 +5,7 @@
 #include "coordinator/step_machine.h"
 
 #include <cmath>
+#include <functional>
 
 #include "coordinator/lane_rpc.h"
 #include "coordinator/release_queue.h"
@@ -244,6 +245,95 @@ TEST(StepMachinePredraftTest, HitsAndTimeSavedReachTheFinalStats) {
   EXPECT_EQ(s.steps(), 3) << s.ShortDebugString();
   EXPECT_EQ(s.predraft_hits(), 2) << s.ShortDebugString();
   EXPECT_NEAR(s.predraft_saved_ms(), 2.5, 1e-9) << s.ShortDebugString();
+}
+
+// Parents of a full tree of `shape` (root -1, level by level).
+std::vector<int32_t> ShapeParents(const TreeShape& shape) {
+  std::vector<int32_t> parents{-1};
+  int32_t level_begin = 0, level_end = 1;
+  for (int32_t fanout : shape.fanouts()) {
+    for (int32_t p = level_begin; p < level_end; ++p) {
+      for (int32_t c = 0; c < fanout; ++c) parents.push_back(p);
+    }
+    level_begin = level_end;
+    level_end = static_cast<int32_t>(parents.size());
+  }
+  return parents;
+}
+
+// Drives one sampled "auto" request (default shapes, no profiles) for
+// `steps` steps; `accept(depth)` is how many drafted tokens each verify
+// accepts. Returns, per step, whether the drafter was asked for a tree, and
+// checks that a plain step's tokens reach the drafter with its next Draft.
+std::vector<bool> RunSampledAuto(int steps, const std::function<int32_t(int32_t)>& accept) {
+  StepMachineOptions o;
+  o.next_sequence_id = [] { return uint64_t{10}; };
+  for (const char* t : {"chain:1", "chain:2", "chain:3", "chain:4", "chain:6", "2,1,1", "2,2,1,1",
+                        "3,2,2,1,1", "3,3,2,1", "2,2,2,2", "4,2,1"}) {
+    o.bandit_shapes.push_back(*TreeShape::Parse(t));
+  }
+  StepMachine m(o);
+  GenerationRequest g;
+  g.prompt = {1};
+  g.max_tokens = 100000;
+  g.drafter = "d";
+  g.auto_tree = true;
+  g.sampling.temperature = 1.0f;
+  g.seed = 7;
+  auto r = std::make_shared<RequestState>(g, Clock::now(), std::nullopt);
+  m.Admit({r}, Clock::now(), true);
+  m.OnWorkerOpened({10}, std::vector<WorkerOpenReply>{{absl::OkStatus(), 2}}, Clock::now());
+  m.OnDrafterOpened({10}, std::vector<absl::Status>{absl::OkStatus()}, Clock::now());
+  std::vector<bool> drafted;
+  std::vector<int32_t> unseen{2};  // committed tokens the drafter has not been sent
+  int32_t next = 3;
+  for (int step = 0; step < steps; ++step) {
+    std::vector<DraftItem> d = m.PlanDrafts();
+    std::vector<int32_t> commit;
+    if (d.empty()) {
+      m.ApplyDrafts(std::vector<DraftReply>{});
+      commit = {next++};
+    } else {
+      EXPECT_EQ(d[0].new_tokens, unseen) << "step " << step;
+      unseen.clear();
+      const TreeShape shape = *TreeShape::Parse(d[0].shape);
+      DraftReply reply{absl::OkStatus(), absl::OkStatus(), shape.NumNodes(), 0};
+      reply.root = next - 1;
+      reply.parents = ShapeParents(shape);
+      m.ApplyDrafts(std::vector<DraftReply>{reply});
+      const int32_t a = accept(shape.Depth());
+      for (int32_t i = 0; i <= a; ++i) commit.push_back(next++);
+    }
+    std::vector<VerifyItem> v = m.PlanVerify();
+    EXPECT_EQ(v.size(), 1u);
+    if (v.empty()) break;
+    EXPECT_EQ(v[0].drafted, !d.empty());
+    drafted.push_back(!d.empty());
+    const int32_t a = static_cast<int32_t>(commit.size()) - 1;
+    m.ApplyVerify(std::vector<VerifyReply>{{absl::OkStatus(), commit, a}});
+    unseen.insert(unseen.end(), commit.begin(), commit.end());
+  }
+  return drafted;
+}
+
+TEST(StepMachineSampledAutoTest, UselessDrafterConvergesToPlain) {
+  std::vector<bool> drafted = RunSampledAuto(128, [](int32_t) { return 0; });
+  ASSERT_EQ(drafted.size(), 128u);
+  EXPECT_TRUE(drafted[0]) << "an optimistic start tries a tree";
+  int first_plain = -1, speculative = 0;
+  for (size_t i = 0; i < drafted.size(); ++i) {
+    if (!drafted[i] && first_plain < 0) first_plain = static_cast<int>(i);
+    speculative += drafted[i];
+  }
+  EXPECT_GE(first_plain, 1);
+  EXPECT_LE(first_plain, 3);
+  EXPECT_LE(speculative, 6) << "of 128 steps";
+}
+
+TEST(StepMachineSampledAutoTest, PerfectDrafterKeepsSpeculating) {
+  std::vector<bool> drafted = RunSampledAuto(64, [](int32_t depth) { return depth; });
+  ASSERT_EQ(drafted.size(), 64u);
+  for (size_t i = 0; i < drafted.size(); ++i) EXPECT_TRUE(drafted[i]) << "step " << i;
 }
 
 TEST(ValidateDraftedTreeTest, NamesTheFirstDefect) {
