@@ -8,16 +8,11 @@
 #include "core/util/status_macros.h"
 
 namespace treespec {
-namespace {
-
-int64_t NowNs() {
+int64_t TargetRunner::NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
-
-
-}  // namespace
 
 // `a` followed by the layers of `b` not in it.
 std::vector<int32_t> TargetRunner::UnionLayers(std::vector<int32_t> a, const std::vector<int32_t>& b) {

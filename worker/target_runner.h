@@ -192,6 +192,8 @@ class TargetRunner {
   // logits where the model returned them, else the device argmax (greedy) or
   // the row's processed distribution (sampled; ForwardOptions::row_sampling).
   absl::StatusOr<int32_t> FirstToken(const Seq& seq, const ForwardOutput& fo, int64_t row) const;
+  // Steady-clock time in nanoseconds (pass timings).
+  static int64_t NowNs();
   // `a` followed by the layers of `b` not in it.
   static std::vector<int32_t> UnionLayers(std::vector<int32_t> a, const std::vector<int32_t>& b);
   // Appends to `out`, for each of `rows` (relative to `row0`), the hidden

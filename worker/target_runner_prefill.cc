@@ -15,7 +15,6 @@
 // prefill_chunk_tokens long, sized to half a verify pass while streams were
 // live recently, and lets a waiting Verify go first between them.
 #include <algorithm>
-#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "core/spec/philox.h"
@@ -23,12 +22,6 @@
 
 namespace treespec {
 namespace {
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 bool NoCallWaiting(std::atomic<int>* waiting) { return waiting->load() == 0; }
 
