@@ -324,14 +324,19 @@ absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(ClusterConfig config) {
     c->drafters_.push_back({name, std::move(d)});
     return absl::OkStatus();
   };
-  const int64_t n = config.drafter_max_sequences;
-  const bool prof = config.drafter_startup_profile;
-  TS_RETURN_IF_ERROR(add(config.mamba, "mamba", {"mamba", kMambaModel, n, 64, 512, prof}));
-  TS_RETURN_IF_ERROR(
-      add(config.self, "self", {"transformer", config.worker.model, n, 64, 512, prof}));
-  TS_RETURN_IF_ERROR(
-      add(config.garbage, "garbage", {"transformer", kGarbageModel, n, 64, 512, prof}));
-  TS_RETURN_IF_ERROR(add(config.ngram, "ngram", {"ngram", config.worker.model, n, 64, 512, prof}));
+  // The token drafters the tests compare, each with the cluster's sizes.
+  auto token_drafter = [&config](std::string kind, std::string model) {
+    DrafterConfig dc;
+    dc.kind = std::move(kind);
+    dc.model = std::move(model);
+    dc.max_sequences = config.drafter_max_sequences;
+    dc.startup_profile = config.drafter_startup_profile;
+    return dc;
+  };
+  TS_RETURN_IF_ERROR(add(config.mamba, "mamba", token_drafter("mamba", kMambaModel)));
+  TS_RETURN_IF_ERROR(add(config.self, "self", token_drafter("transformer", config.worker.model)));
+  TS_RETURN_IF_ERROR(add(config.garbage, "garbage", token_drafter("transformer", kGarbageModel)));
+  TS_RETURN_IF_ERROR(add(config.ngram, "ngram", token_drafter("ngram", config.worker.model)));
   for (const auto& [name, dc] : config.extra_drafters) TS_RETURN_IF_ERROR(add(true, name, dc));
   TS_ASSIGN_OR_RETURN(c->coordinator_, InProcessCoordinator::Start(std::move(cc)));
   c->stub_ = c->coordinator_->NewStub();

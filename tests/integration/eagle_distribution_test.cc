@@ -23,14 +23,12 @@
 #include "core/spec/verify.h"
 #include "drafter_service/drafter.h"
 #include "gtest/gtest.h"
-#include "tests/testing/chi_square.h"
+#include "tests/integration/two_token_trials.h"
 #include "tests/testing/test_util.h"
 #include "tools/cli/local_model.h"
 
 namespace treespec {
 namespace {
-
-using testing::ChiSquareTest;
 
 constexpr int kTrials = 100000;
 constexpr int kDrafterChecks = 32;
@@ -193,59 +191,26 @@ class EagleDistributionTest : public ::testing::TestWithParam<std::string> {
 TEST_P(EagleDistributionTest, MultiRoundWithTheHeadsQPreservesTheTargetDistribution) {
   SamplingParams params;
   params.temperature = kTemperature;
-  auto prob = [&](const std::vector<int32_t>& suffix) {
-    std::vector<float> p;
-    ProcessLogits(TargetAfter(suffix).data(), V_, params, &p);
-    return p;
-  };
-  std::vector<int64_t> first(V_, 0), pair(V_ * V_, 0);
-  std::map<int32_t, std::vector<float>> p_after;
-  int64_t accepted = 0;
-  std::vector<float> rows;
-  for (int trial = 0; trial < kTrials; ++trial) {
-    const uint64_t seed = 0xE6E0 + trial;
-    const TokenTree tree = DraftTree(seed);
+  auto draft = [&](int trial, uint64_t seed) {
+    TokenTree tree = DraftTree(seed);
     if (trial < kDrafterChecks) {
       const TokenTree real = RealDrafterTree(seed);
-      ASSERT_EQ(tree.tokens, real.tokens) << "trial " << trial;
-      ASSERT_EQ(tree.parents, real.parents) << "trial " << trial;
+      EXPECT_EQ(tree.tokens, real.tokens) << "trial " << trial;
+      EXPECT_EQ(tree.parents, real.parents) << "trial " << trial;
     }
-    rows.clear();
-    for (int32_t v = 0; v < tree.num_nodes(); ++v) {
-      std::vector<int32_t> suffix;
-      for (int32_t n : tree.PathTo(v)) {
-        if (n != 0) suffix.push_back(tree.tokens[n]);
-      }
-      const std::vector<float>& row = TargetAfter(suffix);
-      rows.insert(rows.end(), row.begin(), row.end());
-    }
-    const uint64_t vseed = 0x5EED + trial;
-    VerifyResult r = Verify(VerifyMode::kMultiRound, tree, rows.data(), V_, params,
-                            RngKey{vseed, RngStream::kVerify, 1, 0});
-    accepted += r.num_accepted();
-    std::vector<int32_t> emitted = r.NewTokens();
-    if (emitted.size() < 2) {
-      auto it = p_after.find(emitted[0]);
-      if (it == p_after.end()) it = p_after.emplace(emitted[0], prob({emitted[0]})).first;
-      emitted.push_back(SampleDense(it->second, Uniform({vseed, RngStream::kSample, 2, 0}, 0)));
-    }
-    ++first[emitted[0]];
-    ++pair[emitted[0] * V_ + emitted[1]];
-  }
-  const std::vector<float> p_root = prob({});
-  std::vector<double> want_first(p_root.begin(), p_root.end()), want_pair(V_ * V_, 0.0);
-  for (int32_t x = 0; x < V_; ++x) {
-    if (p_root[x] == 0.0f) continue;
-    if (p_root[x] * kTrials < 5.0) {
-      for (int32_t y = 0; y < V_; ++y) want_pair[x * V_ + y] = p_root[x] / V_;
-      continue;
-    }
-    const std::vector<float> px = prob({x});
-    for (int32_t y = 0; y < V_; ++y) want_pair[x * V_ + y] = static_cast<double>(p_root[x]) * px[y];
-  }
-  const auto f = ChiSquareTest(first, want_first);
-  const auto p = ChiSquareTest(pair, want_pair);
-  const double mean_accepted = static_cast<double>(accepted) / kTrials;
+    return tree;
+  };
+  const testing::TwoTokenOutcome o = testing::RunTwoTokenTrials(
+      V_, kTrials, 0xE6E0, params,
+      [](const TokenTree& tree, const float* logits, int64_t vocab, const SamplingParams& sp,
+         RngKey key) { return Verify(VerifyMode::kMultiRound, tree, logits, vocab, sp, key); },
+      draft,
+      [&](const std::vector<int32_t>& suffix) -> const std::vector<float>& {
+        return TargetAfter(suffix);
+      });
+  const auto& f = o.first;
+  const auto& p = o.pair;
+  const double mean_accepted = o.mean_accepted;
   EXPECT_GT(f.p_value, 1e-3) << f.ToString();
   EXPECT_GT(p.p_value, 1e-3) << p.ToString();
   EXPECT_GT(mean_accepted, 0.5) << "drafts were hardly ever accepted: a weak test";
