@@ -290,6 +290,7 @@ LaneStepStats Coordinator::TotalStats() const {
     t.verify_ns += s.verify_ns;
     t.worker_forward_ns += s.worker_forward_ns;
     t.drafter_reported_ns += s.drafter_reported_ns;
+    t.worker_handler_ns += s.worker_handler_ns;
     t.loop_ns += s.loop_ns;
   }
   return t;

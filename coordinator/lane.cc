@@ -240,6 +240,7 @@ void Lane::Step() {
   absl::StatusOr<std::vector<VerifyReply>> r = rpc_.Verify(verify);
   trace.End(r.status());
   machine_.ApplyVerify(r);
+  SendCatchUps();
   const LaneRpc::Timing t = rpc_.TakeTiming();
   const int64_t draft_ns = t.drafter_reported_ns > 0 ? t.drafter_reported_ns : t.draft_ns;
   if (r.ok()) {
@@ -255,6 +256,21 @@ void Lane::Step() {
   stats_.verify_ns += t.verify_ns;
   stats_.worker_forward_ns += t.worker_forward_ns;
   stats_.drafter_reported_ns += t.drafter_reported_ns;
+  stats_.worker_handler_ns += t.worker_handler_ns;
+}
+
+// Off the step thread: the next steps decode these sequences plainly
+// meanwhile (StepMachine::PlanCatchUps).
+void Lane::SendCatchUps() {
+  if (drafter_ == nullptr) return;
+  std::vector<DraftItem> items = machine_.PlanCatchUps();
+  if (items.empty()) return;
+  std::vector<uint64_t> ids;
+  for (const DraftItem& it : items) ids.push_back(it.id);
+  pool_.Submit([this, items = std::move(items), ids = std::move(ids)] {
+    absl::StatusOr<std::vector<absl::Status>> r = rpc_.CatchUp(items);
+    Post([this, ids, r = std::move(r)] { machine_.OnCaughtUp(ids, r); });
+  });
 }
 
 void Lane::Reap() {

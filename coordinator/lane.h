@@ -71,6 +71,7 @@ struct LaneStepStats {
   int64_t verify_ns = 0;     // wall time of Verify RPCs
   int64_t worker_forward_ns = 0;
   int64_t drafter_reported_ns = 0;
+  int64_t worker_handler_ns = 0;   // the worker's whole Verify handler
   int64_t loop_ns = 0;       // whole step loop iterations with live sequences
 };
 
@@ -100,6 +101,7 @@ class Lane {
   void Admit(std::vector<std::shared_ptr<RequestState>> arrivals);
   void OpenDrafts(std::vector<DrafterOpenItem> items, std::vector<SeqTelemetry> tel);
   void Step();
+  void SendCatchUps();
   void Reap();
   void PumpReleases(bool final);
   void Post(std::function<void()> fn);  // runs `fn` on the lane thread

@@ -138,8 +138,7 @@ absl::StatusOr<std::vector<absl::Status>> LaneRpc::OpenDrafter(
   return out;
 }
 
-absl::StatusOr<std::vector<DraftReply>> LaneRpc::Draft(const std::vector<DraftItem>& items) {
-  payloads_.clear();
+v1::DraftRequest LaneRpc::DraftRequestOf(const std::vector<DraftItem>& items) {
   v1::DraftRequest req;
   for (const DraftItem& it : items) {
     v1::DraftSequence* d = req.add_sequences();
@@ -149,11 +148,33 @@ absl::StatusOr<std::vector<DraftReply>> LaneRpc::Draft(const std::vector<DraftIt
     d->set_tree(it.shape);
     d->set_temperature(it.temperature);
     d->set_seed(it.seed);
+    d->set_catch_up(it.catch_up);
     if (!drafter_->feature_layers().empty()) {
       CopyFeatures(it.id, it.feature_begin, static_cast<int64_t>(it.new_tokens.size()),
                    d->mutable_features());
     }
   }
+  return req;
+}
+
+absl::StatusOr<std::vector<absl::Status>> LaneRpc::CatchUp(const std::vector<DraftItem>& items) {
+  const v1::DraftRequest req = DraftRequestOf(items);
+  absl::StatusOr<v1::DraftResponse> resp = drafter_->client->Draft(req, options_.draft_timeout);
+  Note(drafter_->health, resp);
+  if (!resp.ok()) return resp.status();
+  std::vector<absl::Status> out(items.size());
+  for (size_t i = 0; i < items.size(); ++i) {
+    const int k = static_cast<int>(i);
+    out[i] = k < resp->results_size() && resp->results(k).sequence_id() == items[i].id
+                 ? FromProto(resp->results(k).status())
+                 : absl::InternalError("drafter answered out of order");
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<DraftReply>> LaneRpc::Draft(const std::vector<DraftItem>& items) {
+  payloads_.clear();
+  const v1::DraftRequest req = DraftRequestOf(items);
   const Clock::time_point t0 = Clock::now();
   absl::StatusOr<v1::DraftResponse> resp = drafter_->client->Draft(req, options_.draft_timeout);
   timing_.draft_ns += Ns(Clock::now() - t0);
@@ -206,6 +227,7 @@ absl::StatusOr<std::vector<VerifyReply>> LaneRpc::Verify(const std::vector<Verif
   Note(worker_->health, resp);
   if (!resp.ok()) return resp.status();
   timing_.worker_forward_ns += resp->forward_ns();
+  timing_.worker_handler_ns += resp->handler_ns();
   std::vector<VerifyReply> out(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
     if (static_cast<int>(i) >= resp->results_size() ||

@@ -21,7 +21,7 @@
 // bytes per sequence.
 //
 // Thread-safety: Draft and Verify (the payload store) are called by the lane
-// thread only; the Open and Release calls are safe from any thread.
+// thread only; the Open, CatchUp and Release calls are safe from any thread.
 #pragma once
 
 #include <chrono>
@@ -65,6 +65,10 @@ class LaneRpc {
   // Releases the items marked release_first, then opens all.
   absl::StatusOr<std::vector<absl::Status>> OpenDrafter(const std::vector<DrafterOpenItem>& items);
   absl::StatusOr<std::vector<DraftReply>> Draft(const std::vector<DraftItem>& items);
+  // Sends catch-up items (DraftItem::catch_up) and returns each one's status;
+  // safe from any thread (no payloads, no timing), so the lane sends it off
+  // its step thread.
+  absl::StatusOr<std::vector<absl::Status>> CatchUp(const std::vector<DraftItem>& items);
   // Verifies the drafted payload of every item marked `drafted` (taken from
   // the last Draft), a root-only tree otherwise.
   absl::StatusOr<std::vector<VerifyReply>> Verify(const std::vector<VerifyItem>& items);
@@ -74,6 +78,7 @@ class LaneRpc {
   // Wall time of the last Draft / Verify call, and what the servers reported.
   struct Timing {
     int64_t draft_ns = 0, verify_ns = 0, worker_forward_ns = 0, drafter_reported_ns = 0;
+    int64_t worker_handler_ns = 0;
   };
   Timing TakeTiming();
 
@@ -81,6 +86,7 @@ class LaneRpc {
   WorkerEndpoint* const worker_;
   DrafterEndpoint* const drafter_;
   const LaneRpcOptions options_;
+  v1::DraftRequest DraftRequestOf(const std::vector<DraftItem>& items);
   struct FeatureLog {
     int32_t width = 0;
     int64_t num_rows = 0;

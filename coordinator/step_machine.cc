@@ -40,6 +40,11 @@ struct StepMachine::Seq {
   size_t drafter_consumed = 0;  // tokens the drafter's state has seen
   size_t drafter_open_len = 0;  // prompt length of the Open in flight
   uint64_t drafter_step = 1;
+  // A catch-up (PlanCatchUps) is in flight, feeding the drafter up to
+  // catch_up_to tokens; the sequence is not drafted until it returns.
+  bool catching_up = false;
+  size_t catch_up_to = 0;
+  int32_t plain_run = 0;  // consecutive steps without a verified tree
   Clock::time_point drafter_retry_at;
   std::optional<UcbBandit> bandit;
   std::optional<SampledShapeBandit> sampled_bandit;  // sampled "auto"
@@ -185,7 +190,7 @@ std::vector<DrafterOpenItem> StepMachine::PlanDrafterOpens(Clock::time_point now
   for (auto& s : seqs_) {
     if (s->done || s->worker != Seq::Worker::kLive) continue;
     if (s->drafter != Seq::Drafter::kClosed && s->drafter != Seq::Drafter::kStale) continue;
-    if (now < s->drafter_retry_at) continue;
+    if (now < s->drafter_retry_at || s->catching_up) continue;
     const bool stale = s->drafter == Seq::Drafter::kStale;
     s->drafter = Seq::Drafter::kOpening;
     s->drafter_open_len = s->tokens.size() - 1;
@@ -254,13 +259,14 @@ void StepMachine::PlanAuto() {
     PlanSequence p;
     p.context_tokens = static_cast<int64_t>(s->tokens.size());
     p.remaining_tokens = std::max<int64_t>(1, g.max_tokens - s->out->counted());
-    p.can_draft = s->drafter == Seq::Drafter::kOpen && !s->bandit.has_value() &&
-                  !s->sampled_bandit.has_value() &&
-                  (g.auto_tree || g.tree.has_value());
+    const bool planned = s->drafter == Seq::Drafter::kOpen && !s->bandit.has_value() &&
+                         !s->sampled_bandit.has_value() && (g.auto_tree || g.tree.has_value());
+    // A sequence catching up (PlanCatchUps) is planned plain this step.
+    p.can_draft = planned && !s->catching_up;
     if (p.can_draft && !g.auto_tree) p.fixed_shape = g.tree;
-    if (p.can_draft && g.auto_tree) {
-      num_auto += 1;
-      num_greedy += g.sampling.temperature == 0;
+    if (planned && g.auto_tree) {
+      num_auto += p.can_draft;
+      num_greedy += p.can_draft && g.sampling.temperature == 0;
       s->rec.planned = true;
       s->rec.expected_tokens = 1.0;
     }
@@ -312,6 +318,7 @@ std::vector<DraftItem> StepMachine::PlanDrafts() {
       s->rec.draft = DraftVerdict::kDrafterUnavailable;
       continue;
     }
+    if (s->catching_up) continue;  // planned plain: PlanAuto left it out
     const std::optional<TreeShape> chosen = ChooseShape(s.get());
     if (!chosen.has_value()) continue;
     // Stats and metrics name the chosen shape; the draft may be cut short.
@@ -333,6 +340,46 @@ std::vector<DraftItem> StepMachine::PlanDrafts() {
     drafting_.push_back(s->id);
   }
   return items;
+}
+
+std::vector<DraftItem> StepMachine::PlanCatchUps() {
+  std::vector<DraftItem> items;
+  if (options_.catch_up_tokens <= 0) return items;
+  for (auto& s : seqs_) {
+    if (!Stepping(*s)) continue;
+    s->plain_run = s->rec.draft == DraftVerdict::kDrafted ? 0 : s->plain_run + 1;
+    if (s->drafter != Seq::Drafter::kOpen || s->catching_up) continue;
+    const GenerationRequest& g = s->req->request();
+    if (g.sampling.temperature > 0 || s->plain_run < options_.catch_up_after_steps) continue;
+    const size_t behind = s->tokens.size() - s->drafter_consumed;
+    if (behind < static_cast<size_t>(options_.catch_up_tokens)) continue;
+    DraftItem d;
+    d.id = s->id;
+    d.step = s->drafter_step;
+    d.new_tokens.assign(s->tokens.begin() + s->drafter_consumed, s->tokens.end());
+    d.feature_begin = static_cast<int64_t>(s->drafter_consumed) - 1;
+    d.catch_up = true;
+    items.push_back(std::move(d));
+    s->catching_up = true;
+    s->catch_up_to = s->tokens.size();
+  }
+  return items;
+}
+
+void StepMachine::OnCaughtUp(const std::vector<uint64_t>& ids,
+                             const absl::StatusOr<std::vector<absl::Status>>& results) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    Seq* s = Find(ids[i]);
+    if (s == nullptr || !s->catching_up) continue;
+    s->catching_up = false;
+    if (s->done || s->drafter != Seq::Drafter::kOpen) continue;
+    if (!results.ok() || i >= results->size() || !(*results)[i].ok()) {
+      s->drafter = Seq::Drafter::kStale;  // its state is unknown: re-open
+      continue;
+    }
+    s->drafter_step += 1;
+    s->drafter_consumed = s->catch_up_to;
+  }
 }
 
 void StepMachine::ApplyDrafts(const absl::StatusOr<std::vector<DraftReply>>& replies) {

@@ -92,6 +92,13 @@ struct StepMachineOptions {
   bool has_drafter = true;                      // false: every sequence decodes plainly
   // After a drafter Open fails for a sequence, wait this long before retrying.
   std::chrono::milliseconds drafter_retry{500};
+  // PlanCatchUps: a greedy sequence that decoded plainly for the last
+  // catch_up_after_steps steps and whose drafter is catch_up_tokens or more
+  // behind gets a catch-up; catch_up_tokens 0: never. A single plain step
+  // among drafted ones (the planner's measured check) does not trigger one:
+  // the sequence would then decode plainly until it returns.
+  int32_t catch_up_tokens = 16;
+  int32_t catch_up_after_steps = 8;
   // Start-up cost profiles of the lane's worker and drafter (WorkerInfo,
   // DrafterInfo), installed in the planner as its priors; unset: the
   // planner seeds its priors from the first measured step.
@@ -126,6 +133,8 @@ struct DraftItem {
   // Drafters reading features: the position of the first row they need (the
   // one before new_tokens[0]); one row per new token.
   int64_t feature_begin = 0;
+  // Consume new_tokens only (PlanCatchUps); `shape` is empty.
+  bool catch_up = false;
 };
 // What the step machine needs of a drafted tree; the tree itself stays with
 // the client layer (lane_rpc.h) and goes to the worker untouched.
@@ -199,6 +208,23 @@ class StepMachine {
   void OnStepTimes(double draft_seconds, double forward_seconds, double verify_rpc_seconds,
                    double step_seconds);
   const SpecPlanner& planner() const { return *planner_; }
+
+  // ---- drafter catch-up, beside the steps
+  // Call once per step, after ApplyVerify.
+  // Greedy sequences that decoded plainly while their drafter fell behind by
+  // at least StepMachineOptions::catch_up_tokens: items that only feed the
+  // drafter the backlog (DraftItem::catch_up), for the lane to send off its
+  // step thread. Without them the Draft that resumes speculation first feeds
+  // the whole backlog, every sequence's at once, inside a step (tens of ms
+  // after a long plain stretch). A sequence catching up decodes plainly until
+  // OnCaughtUp. Sampled sequences never catch up this way: whether the
+  // catch-up returned before their next step would change their trees, and
+  // so a seeded sample.
+  std::vector<DraftItem> PlanCatchUps();
+  // The catch-up of `ids` returned: one status per id, or the RPC's failure
+  // (the drafter's state is then unknown: re-open later).
+  void OnCaughtUp(const std::vector<uint64_t>& ids,
+                  const absl::StatusOr<std::vector<absl::Status>>& results);
   // Telemetry of the planned items' sequences (for BatchRpcTrace).
   std::vector<SeqTelemetry*> Telemetry(const std::vector<uint64_t>& ids);
 

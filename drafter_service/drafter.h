@@ -48,6 +48,9 @@ struct DraftSpec {
   // row i is the target's feature at the position before new_tokens[i] (the
   // one that produced it). Else empty.
   std::vector<float> features;
+  // Consume new_tokens only (DraftSequence.catch_up): the outcome is the root
+  // alone, and no pre-drafting starts for it.
+  bool catch_up = false;
 };
 
 struct DraftOutcome {

@@ -42,7 +42,9 @@ grpc::Status DrafterService::Draft(grpc::ServerContext*, const v1::DraftRequest*
     spec.id = s.sequence_id();
     spec.step = s.step();
     spec.new_tokens.assign(s.new_tokens().begin(), s.new_tokens().end());
-    absl::StatusOr<TreeShape> shape = TreeShape::Parse(s.tree());
+    spec.catch_up = s.catch_up();
+    absl::StatusOr<TreeShape> shape =
+        spec.catch_up ? TreeShape::Chain(1) : TreeShape::Parse(s.tree());
     if (shape.ok()) {
       spec.shape = *shape;
     } else {

@@ -164,7 +164,7 @@ void EagleDrafter::Advance(const std::vector<AdvanceItem>& items, std::vector<fl
     }
     const float* row = fo.row_logits(fo.row_start[r]);
     std::copy(row, row + V, logits->begin() + k * V);
-    const float* h = fo.hidden.data() + fo.row_start[r] * H;
+    const float* h = fo.hidden.data() + fo.hidden_row_start[r] * H;
     seqs_by_id_.at(items[k].id).node_h.assign(h, h + H);
   }
 }

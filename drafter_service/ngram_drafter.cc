@@ -133,7 +133,7 @@ std::vector<DraftOutcome> NgramDrafter::Draft(const std::vector<DraftSpec>& spec
     o.status = CheckDraft(s, &ids, &index);
     if (!o.status.ok()) continue;
     index->Append(s.new_tokens);
-    o.tree = ProposeTree(*index, s.shape);
+    o.tree = s.catch_up ? TokenTree::Root(s.new_tokens.back()) : ProposeTree(*index, s.shape);
     seqs_.AdvanceStep(s.id);
   }
   return out;

@@ -45,7 +45,8 @@ bool NoneWaiting(std::atomic<int>* waiting) { return waiting->load() == 0; }
 // The request a prepared tree was drafted for, field by field.
 bool SameRequest(const DraftSpec& a, const DraftSpec& b) {
   return a.id == b.id && a.step == b.step && a.new_tokens == b.new_tokens && a.shape == b.shape &&
-         a.temperature == b.temperature && a.top_k == b.top_k && a.seed == b.seed;
+         a.temperature == b.temperature && a.top_k == b.top_k && a.seed == b.seed &&
+         a.catch_up == b.catch_up;
 }
 
 }  // namespace
@@ -247,7 +248,7 @@ bool TreeDrafter::BuildTrees(std::vector<Build>* builds, bool preemptible) {
     b.node_logits.emplace_back(root_logits.begin() + k * V, root_logits.begin() + (k + 1) * V);
     frontier[k] = {0};
     build_of[b.model_id] = k;
-    max_depth = std::max(max_depth, b.spec->shape.Depth());
+    if (!b.spec->catch_up) max_depth = std::max(max_depth, b.spec->shape.Depth());
   }
   absl::Status level_status;
   for (int32_t level = 0; level < max_depth && level_status.ok(); ++level) {
@@ -257,7 +258,7 @@ bool TreeDrafter::BuildTrees(std::vector<Build>* builds, bool preemptible) {
       const size_t k = build_of[id];
       Build& b = (*builds)[k];
       const DraftSpec& s = *b.spec;
-      if (level >= s.shape.Depth()) continue;
+      if (s.catch_up || level >= s.shape.Depth()) continue;
       const int n = s.shape.fanouts()[level];
       std::vector<int32_t> next;
       for (int32_t parent : frontier[k]) {
@@ -302,11 +303,24 @@ std::vector<DraftOutcome> TreeDrafter::Draft(const std::vector<DraftSpec>& specs
   const absl::Time t0 = absl::Now();
   ForegroundLock lock(this);
   const bool predraft = options_.predraft > 0;
+  // A call of catch-ups only (sent beside the step loop) leaves the
+  // pre-drafting of the last step's trees going, but for its own sequences.
+  const bool catch_up_only =
+      !specs.empty() &&
+      std::all_of(specs.begin(), specs.end(), [](const DraftSpec& s) { return s.catch_up; });
   // Larger calls start no pre-drafting (DrafterOptions::predraft_max_batch).
-  const bool seed = predraft && (options_.predraft_max_batch <= 0 ||
-                                 static_cast<int64_t>(specs.size()) <= options_.predraft_max_batch);
-  pending_.clear();
-  pending_round_ = 0;
+  const bool seed = !catch_up_only && predraft &&
+                    (options_.predraft_max_batch <= 0 ||
+                     static_cast<int64_t>(specs.size()) <= options_.predraft_max_batch);
+  if (catch_up_only) {
+    const auto caught_up = [&](const PredraftSeed& p) {
+      return std::any_of(specs.begin(), specs.end(), [&](const DraftSpec& s) { return s.id == p.id; });
+    };
+    pending_.erase(std::remove_if(pending_.begin(), pending_.end(), caught_up), pending_.end());
+  } else {
+    pending_.clear();
+    pending_round_ = 0;
+  }
   std::vector<DraftOutcome> out(specs.size());
   std::vector<Build> builds;
   std::vector<size_t> build_index;
@@ -322,7 +336,9 @@ std::vector<DraftOutcome> TreeDrafter::Draft(const std::vector<DraftSpec>& specs
     o.status = CheckDraft(s, &ids, &state);
     if (!o.status.ok()) continue;
     state_of[s.id] = state;
-    if (predraft) {
+    if (s.catch_up) {
+      DropPrepared(state);  // trees for outcomes of a tree it never used
+    } else if (predraft) {
       auto hit = std::find_if(state->prepared.begin(), state->prepared.end(),
                               [&](const Prepared& p) { return SameRequest(p.spec, s); });
       if (hit != state->prepared.end()) {
@@ -367,11 +383,11 @@ std::vector<DraftOutcome> TreeDrafter::Draft(const std::vector<DraftSpec>& specs
     st.last_tree = b.tree;
     seqs_.AdvanceStep(o.id);
     o.tree = std::move(b.tree);
-    if (seed && WantsPredraft(*b.spec)) {
+    if (seed && !b.spec->catch_up && WantsPredraft(*b.spec)) {
       seeds.push_back({o.id, *b.spec, o.tree, std::move(b.node_logits), {}});
     }
   }
-  pending_ = std::move(seeds);
+  if (!catch_up_only) pending_ = std::move(seeds);
   return out;
 }
 

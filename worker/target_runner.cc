@@ -185,7 +185,7 @@ std::vector<StepOutcome> TargetRunner::Verify(const std::vector<StepSpec>& steps
     o.num_accepted = r.num_accepted();
     o.accepted_nodes = r.path;
     if (!seq.feature_layers.empty()) {
-      AppendFeatures(fo, options.hidden_layers, seq.feature_layers, fo.row_start[b], r.path,
+      AppendFeatures(fo, options.hidden_layers, seq.feature_layers, fo.hidden_row_start[b], r.path,
                      &o.features);
     }
     seq.pending = r.bonus_token;

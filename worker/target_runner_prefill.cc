@@ -158,13 +158,14 @@ std::vector<TargetRunner::Prefill*> TargetRunner::TakePieces(int64_t budget,
     if (budget <= 0) continue;
     const size_t end = std::min(p->prompt->size(), p->fed + static_cast<size_t>(budget));
     const bool last = end == p->prompt->size();
-    // A drafter reading features needs every prompt row's hidden states,
-    // which come with the rows that have logits.
-    const bool rows = !table_.FindAny(p->id)->feature_layers.empty();
-    batch->push_back({p->handle,
-                      std::vector<int32_t>(p->prompt->begin() + p->fed, p->prompt->begin() + end),
-                      {},
-                      rows ? LogitsMode::kAll : last ? LogitsMode::kLast : LogitsMode::kNone});
+    // A drafter reading features needs every prompt row's hidden states;
+    // logits only for the last row (the first token).
+    ForwardSeq piece;
+    piece.kv_seq = p->handle;
+    piece.tokens.assign(p->prompt->begin() + p->fed, p->prompt->begin() + end);
+    piece.logits = last ? LogitsMode::kLast : LogitsMode::kNone;
+    piece.hidden_all = !table_.FindAny(p->id)->feature_layers.empty();
+    batch->push_back(std::move(piece));
     budget -= static_cast<int64_t>(end - p->fed);
     pieces.push_back(p);
   }
@@ -189,7 +190,7 @@ void TargetRunner::FinishPieces(const std::vector<Prefill*>& pieces,
     if (!seq->feature_layers.empty()) {
       std::vector<int32_t> rows(static_cast<size_t>(n));
       for (int32_t r = 0; r < static_cast<int32_t>(n); ++r) rows[r] = r;
-      AppendFeatures(fo, hidden_layers, seq->feature_layers, fo.row_start[first + k], rows,
+      AppendFeatures(fo, hidden_layers, seq->feature_layers, fo.hidden_row_start[first + k], rows,
                      &p->out->features);
     }
     if (p->fed != p->prompt->size()) continue;

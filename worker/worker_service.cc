@@ -65,6 +65,7 @@ grpc::Status WorkerService::Verify(grpc::ServerContext*, const v1::VerifyRequest
     steps.push_back(std::move(spec));
   }
   StepTimings timings;
+  const auto start = std::chrono::steady_clock::now();
   std::vector<StepOutcome> out = runner_->Verify(steps, &timings);
   resp->set_forward_ns(timings.forward_ns);
   resp->set_verify_ns(timings.verify_ns);
@@ -80,6 +81,8 @@ grpc::Status WorkerService::Verify(grpc::ServerContext*, const v1::VerifyRequest
       ToProto(o.features, FeatureWidth(o.features, o.accepted_nodes.size()), r->mutable_features());
     }
   }
+  resp->set_handler_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::steady_clock::now() - start).count());
   return grpc::Status::OK;
 }
 

@@ -30,12 +30,17 @@ struct ForwardSeq {
   std::vector<int32_t> parents;  // empty: chain; else [num_prior + tokens.size()]
   LogitsMode logits = LogitsMode::kLast;
   int32_t num_prior = 0;
+  // The hidden states of ForwardOptions::hidden_layers for every new token
+  // (a prompt whose drafter reads features), not only for the logits rows:
+  // a feature row costs a copy, a logits row the LM head.
+  bool hidden_all = false;
 };
 
 struct ForwardOptions {
-  // Hidden states to return for every logits row, by layer index in
-  // [0, num_layers): the residual stream after that layer, before the final
-  // norm. out->hidden is [layers.size(), rows, hidden_size] in this order.
+  // Hidden states to return for every logits row (every new token of a
+  // ForwardSeq with hidden_all), by layer index in [0, num_layers): the
+  // residual stream after that layer, before the final norm. out->hidden is
+  // [layers.size(), hidden rows, hidden_size] in this order.
   std::vector<int32_t> hidden_layers;
   // Return only each logits row's argmax (out->argmax, lowest id among equal
   // maxima), computed on the device where the backend can; out->logits stays
@@ -62,7 +67,10 @@ struct ForwardOutput {
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   std::vector<float> logits;         // [num_rows, vocab]
-  std::vector<float> hidden;         // [layers asked for, num_rows, hidden] (ForwardOptions)
+  std::vector<float> hidden;         // [layers asked for, hidden rows, hidden] (ForwardOptions)
+  // [S + 1]: hidden rows of sequence s are [hidden_row_start[s], hidden_row_start[s+1]); the
+  // same as row_start unless a ForwardSeq asked for hidden_all.
+  std::vector<int32_t> hidden_row_start;
   std::vector<int32_t> argmax;       // [num_rows] with ForwardOptions::argmax_only
   std::vector<int32_t> row_start;    // [S + 1]: rows of sequence s are [row_start[s], row_start[s+1])
   // With ForwardOptions::row_sampling where the model honours it: copies the

@@ -184,9 +184,16 @@ absl::Status LlamaModel::AddSequence(const ForwardSeq& s, size_t si, HostBatch* 
           "length while cached keys keep theirs, which treespec does not reproduce"));
     }
   }
+  const size_t first_logit = hb->logit_rows.size();
   if (s.logits == LogitsMode::kLast && n > 0) hb->logit_rows.push_back(t0 + n - 1);
   if (s.logits == LogitsMode::kAll) {
     for (int i = 0; i < n; ++i) hb->logit_rows.push_back(t0 + i);
+  }
+  if (s.hidden_all) {
+    for (int i = 0; i < n; ++i) hb->hidden_rows.push_back(t0 + i);
+  } else {
+    hb->hidden_rows.insert(hb->hidden_rows.end(), hb->logit_rows.begin() + first_logit,
+                           hb->logit_rows.end());
   }
   return absl::OkStatus();
 }
@@ -196,6 +203,7 @@ absl::Status LlamaModel::DescribeBatch(const std::vector<ForwardSeq>& seqs, Page
   std::vector<int64_t> kv_ids;
   std::vector<int> num_new, num_prior;
   out->row_start.assign(1, 0);
+  out->hidden_row_start.assign(1, 0);
   for (const ForwardSeq& s : seqs) {
     kv_ids.push_back(s.kv_seq);
     num_new.push_back(static_cast<int>(s.tokens.size()));
@@ -211,6 +219,7 @@ absl::Status LlamaModel::DescribeBatch(const std::vector<ForwardSeq>& seqs, Page
   for (size_t si = 0; si < seqs.size(); ++si) {
     TS_RETURN_IF_ERROR(AddSequence(seqs[si], si, hb));
     out->row_start.push_back(static_cast<int32_t>(hb->logit_rows.size()));
+    out->hidden_row_start.push_back(static_cast<int32_t>(hb->hidden_rows.size()));
   }
   return absl::OkStatus();
 }
@@ -268,7 +277,7 @@ absl::Status LlamaModel::Forward(const std::vector<ForwardSeq>& seqs, PagedKvCac
   const int64_t T = static_cast<int64_t>(hb.tokens.size());
   out->vocab_size = V;
   out->hidden_size = D;
-  out->hidden.assign(hidden_layers.size() * logit_rows.size() * D, 0.0f);
+  out->hidden.assign(hidden_layers.size() * hb.hidden_rows.size() * D, 0.0f);
   out->argmax.clear();
   if (T == 0) {
     out->logits.clear();
@@ -303,7 +312,8 @@ absl::Status LlamaModel::Forward(const std::vector<ForwardSeq>& seqs, PagedKvCac
   }
   for (size_t l = 0; l < layers_.size(); ++l) {
     TS_RETURN_IF_ERROR(RunLayer(l, pos, *plan, cache, &a));
-    TS_RETURN_IF_ERROR(CopyHidden(static_cast<int32_t>(l), hidden_layers, a.x, logit_rows, out));
+    TS_RETURN_IF_ERROR(
+        CopyHidden(static_cast<int32_t>(l), hidden_layers, a.x, hb.hidden_rows, out));
   }
 
   const int64_t R = static_cast<int64_t>(logit_rows.size());
@@ -378,14 +388,14 @@ absl::Status LlamaModel::OutputLogits(Tensor& logits, int64_t R, bool argmax_onl
 }
 
 absl::Status LlamaModel::CopyHidden(int32_t layer, const std::vector<int32_t>& hidden_layers,
-                                    const Tensor& x, const std::vector<int32_t>& logit_rows,
+                                    const Tensor& x, const std::vector<int32_t>& rows_wanted,
                                     ForwardOutput* out) {
-  const int64_t R = static_cast<int64_t>(logit_rows.size()), D = config_.hidden_size;
+  const int64_t R = static_cast<int64_t>(rows_wanted.size()), D = config_.hidden_size;
   if (R == 0) return absl::OkStatus();
   for (size_t k = 0; k < hidden_layers.size(); ++k) {
     if (hidden_layers[k] != layer) continue;
     TS_ASSIGN_OR_RETURN(Tensor rows, workspace_.Get(10, {R, D}));
-    TS_RETURN_IF_ERROR(backend_->GatherRows(x, logit_rows, &rows));
+    TS_RETURN_IF_ERROR(backend_->GatherRows(x, rows_wanted, &rows));
     TS_RETURN_IF_ERROR(backend_->DownloadF32(rows, out->hidden.data() + k * R * D));
   }
   return absl::OkStatus();

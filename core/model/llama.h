@@ -72,6 +72,7 @@ class LlamaModel {
   struct HostBatch {
     AttentionBatch attn;
     std::vector<int32_t> tokens, positions, logit_rows;
+    std::vector<int32_t> hidden_rows;  // ForwardSeq::hidden_all: every row; else logit_rows'
   };
   // One pass's activations (workspace tensors over T tokens).
   struct Activations {
@@ -87,9 +88,9 @@ class LlamaModel {
   // Decoder layer `l` over a->x in place (attention writes the layer's KV).
   absl::Status RunLayer(size_t l, const Tensor& pos, const AttentionPlan& plan,
                         PagedKvCache* cache, Activations* a);
-  // Downloads rows `logit_rows` of x [T, D] for each request of `layer`.
+  // Downloads rows `rows_wanted` of x [T, D] for each request of `layer`.
   absl::Status CopyHidden(int32_t layer, const std::vector<int32_t>& hidden_layers,
-                          const Tensor& x, const std::vector<int32_t>& logit_rows,
+                          const Tensor& x, const std::vector<int32_t>& rows_wanted,
                           ForwardOutput* out);
   // logits [R, vocab_shard] of this rank -> out->logits or out->argmax.
   absl::Status OutputLogits(Tensor& logits, int64_t R, bool argmax_only, ForwardOutput* out);

@@ -182,6 +182,7 @@ absl::Status MambaSequenceModel::Forward(const std::vector<ForwardSeq>& seqs, Fo
   out->vocab_size = V;
   out->hidden_size = info_.hidden_size;
   out->hidden.clear();
+  out->hidden_row_start.assign(seqs.size() + 1, 0);  // no hidden states (Mamba targets)
   out->logits.clear();
   out->row_start.assign(1, 0);
   for (size_t si = 0; si < seqs.size(); ++si) {

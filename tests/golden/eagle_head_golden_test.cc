@@ -64,8 +64,15 @@ TEST_P(EagleHeadGoldenTest, EngineFeaturesMatchPyTorch) {
   ForwardOptions options;
   options.hidden_layers = head_->info().target_layers;
   ForwardOutput out;
-  ForwardSeq fs{seq, tokens_, {}, LogitsMode::kAll};
+  // As the worker prefills a prompt for a feature-reading drafter: logits for
+  // the last row only, hidden states for every row.
+  ForwardSeq fs{seq, tokens_, {}, LogitsMode::kLast};
+  fs.hidden_all = true;
   ASSERT_TRUE((*target)->Forward({fs}, cache->get(), &out, options).ok());
+  EXPECT_EQ(out.row_start, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(out.hidden_row_start, (std::vector<int32_t>{0, static_cast<int32_t>(n_)}));
+  ASSERT_EQ(out.hidden.size(), static_cast<size_t>(n_ * options.hidden_layers.size() *
+                                                   head_->info().hidden_size));
   // out.hidden is [layers, rows, H]; the golden is [rows, layers * H].
   const int64_t H = head_->info().hidden_size, K = options.hidden_layers.size();
   std::vector<float> got(n_ * K * H);

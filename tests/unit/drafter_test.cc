@@ -343,6 +343,34 @@ TEST_P(DrafterTest, AdvancingAlongAcceptedPathsEqualsAFreshDrafter) {
   }
 }
 
+// A catch-up (DraftSpec::catch_up) answers the root alone and leaves the
+// drafter where a draft fed the same tokens would: the next draft equals a
+// fresh drafter's after the whole history, whether the catch-up follows a
+// drafted tree (nothing of it accepted) or another catch-up.
+TEST_P(DrafterTest, CatchUpConsumesTokensAndDraftsNothing) {
+  std::unique_ptr<Drafter> d = Make();
+  const std::string shape = "2,2";
+  std::vector<int32_t> history = Prompt(5);
+  Open(d.get(), 1, history);
+  history.push_back(31);
+  TokenTree t = DraftOne(d.get(), Spec(1, 1, {31}, shape));
+  uint64_t step = 2;
+  for (const std::vector<int32_t>& backlog :
+       {std::vector<int32_t>{7, 8, 9, 10, 11, 12, 13, 14}, std::vector<int32_t>{15, 16, 17}}) {
+    DraftSpec catch_up = Spec(1, step++, backlog, shape);
+    catch_up.catch_up = true;
+    TokenTree root = DraftOne(d.get(), catch_up);
+    EXPECT_EQ(root.tokens, std::vector<int32_t>{backlog.back()});
+    EXPECT_EQ(root.parents, std::vector<int32_t>{-1});
+    history.insert(history.end(), backlog.begin(), backlog.end());
+  }
+  history.push_back(18);
+  t = DraftOne(d.get(), Spec(1, step, {18}, shape));
+  const TokenTree fresh = FreshTree(history, shape);
+  EXPECT_EQ(t.tokens, fresh.tokens);
+  EXPECT_EQ(t.parents, fresh.parents);
+}
+
 TEST_P(DrafterTest, RepeatedAndOutOfOrderStepsAreAbortedAndChangeNothing) {
   std::unique_ptr<Drafter> d = Make();
   std::vector<int32_t> history = Prompt(7);

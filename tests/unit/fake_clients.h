@@ -277,7 +277,8 @@ class FakeDrafter {
       v1::DraftResult* r = resp.add_results();
       r->set_sequence_id(d.sequence_id());
       r->set_step(d.step());
-      shapes_[d.tree()] += 1;
+      if (!d.catch_up()) shapes_[d.tree()] += 1;
+      catch_ups_ += d.catch_up();
       auto it = open_.find(d.sequence_id());
       if (it == open_.end() || it->second != d.step() || d.new_tokens_size() == 0) {
         ToProto(absl::FailedPreconditionError("not open or out of order"), r->mutable_status());
@@ -285,7 +286,7 @@ class FakeDrafter {
       }
       it->second += 1;
       absl::StatusOr<TreeShape> shape = TreeShape::Parse(d.tree());
-      const int depth = shape.ok() ? shape->Depth() : 1;
+      const int depth = d.catch_up() ? 0 : shape.ok() ? shape->Depth() : 1;
       deepest = std::max(deepest, depth);
       int32_t t = d.new_tokens(d.new_tokens_size() - 1);
       r->mutable_tree()->add_tokens(t);
@@ -315,11 +316,16 @@ class FakeDrafter {
     absl::MutexLock lock(&mu_);
     return shapes_;
   }
+  int catch_ups() {
+    absl::MutexLock lock(&mu_);
+    return catch_ups_;
+  }
 
  private:
   absl::Mutex mu_;
   std::map<uint64_t, uint64_t> open_ ABSL_GUARDED_BY(mu_);  // id -> next step
   std::map<std::string, int> shapes_ ABSL_GUARDED_BY(mu_);
+  int catch_ups_ ABSL_GUARDED_BY(mu_) = 0;
   int num_opened_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

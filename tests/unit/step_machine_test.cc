@@ -36,6 +36,18 @@ class StepMachineTest : public ::testing::Test {
     reqs_.push_back(r);
     return r;
   }
+  // Prompt {1, 2}, 40 tokens, drafter "d", tree "auto".
+  std::shared_ptr<RequestState> AutoReq(float temperature) {
+    GenerationRequest g;
+    g.prompt = {1, 2};
+    g.max_tokens = 40;
+    g.drafter = "d";
+    g.auto_tree = true;
+    g.sampling.temperature = temperature;
+    auto r = std::make_shared<RequestState>(g, Clock::now(), std::nullopt);
+    reqs_.push_back(r);
+    return r;
+  }
   static absl::Status Popped(RequestState* r, std::vector<int32_t>* ids) {
     v1::GenerateResponse c;
     bool done = false;
@@ -185,6 +197,78 @@ TEST_F(StepMachineTest, CancelledWhileOpeningIsKeptUntilTheOpenReturns) {
   EXPECT_EQ(rel.worker, std::vector<uint64_t>{10});
   EXPECT_EQ(rel.drafter, std::vector<uint64_t>{10});
   EXPECT_TRUE(ids.empty()) << "no token after the cancel";
+}
+
+// A greedy "auto" sequence decoding plainly (no cost prior yet, so the
+// planner drafts nothing) falls behind on its drafter; once it has decoded
+// plainly for catch_up_after_steps steps and is catch_up_tokens behind it
+// gets one catch-up item with the backlog, is not drafted or caught up again
+// while that is in flight, and the drafter's step and consumed count advance
+// when it returns. A failed catch-up re-opens the drafter.
+TEST_F(StepMachineTest, PlainStretchesCatchTheDrafterUpOffTheStep) {
+  const StepMachineOptions defaults;
+  const int n = defaults.catch_up_tokens;
+  ASSERT_GE(n, defaults.catch_up_after_steps) << "the test assumes tokens trigger last";
+  auto r = AutoReq(0.0f);
+  machine_->Admit({r}, Clock::now(), true);
+  machine_->OnWorkerOpened({10}, std::vector<WorkerOpenReply>{{absl::OkStatus(), 100}},
+                           Clock::now());
+  machine_->OnDrafterOpened({10}, std::vector<absl::Status>{absl::OkStatus()}, Clock::now());
+  int32_t next = 101;
+  auto plain_step = [&] {
+    EXPECT_TRUE(machine_->PlanDrafts().empty());
+    machine_->ApplyDrafts(std::vector<DraftReply>{});
+    std::vector<VerifyItem> v = machine_->PlanVerify();
+    ASSERT_EQ(v.size(), 1u);
+    EXPECT_FALSE(v[0].drafted);
+    machine_->ApplyVerify(std::vector<VerifyReply>{{absl::OkStatus(), {next++}, 0}});
+  };
+  // The drafter has seen the prompt; token 100 on is backlog: 1 + k tokens
+  // after k plain steps.
+  for (int k = 1; k < n - 1; ++k) {
+    plain_step();
+    EXPECT_TRUE(machine_->PlanCatchUps().empty()) << "only " << k + 1 << " behind";
+  }
+  plain_step();
+  std::vector<DraftItem> c = machine_->PlanCatchUps();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_TRUE(c[0].catch_up);
+  EXPECT_EQ(c[0].step, 1u);
+  ASSERT_EQ(c[0].new_tokens.size(), static_cast<size_t>(n));
+  EXPECT_EQ(c[0].new_tokens.front(), 100);
+  EXPECT_EQ(c[0].new_tokens.back(), 100 + n - 1);
+  EXPECT_EQ(c[0].feature_begin, 1) << "the row before token 100 is the prompt's last";
+  for (int i = 0; i < n; ++i) {
+    plain_step();
+    EXPECT_TRUE(machine_->PlanCatchUps().empty()) << "one catch-up in flight at a time";
+  }
+  machine_->OnCaughtUp({10}, std::vector<absl::Status>{absl::OkStatus()});
+  // n tokens came meanwhile: the next catch-up starts after the first, step 2.
+  c = machine_->PlanCatchUps();
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].step, 2u);
+  EXPECT_EQ(c[0].new_tokens.front(), 100 + n);
+  EXPECT_EQ(c[0].new_tokens.back(), 100 + 2 * n - 1);
+  EXPECT_TRUE(machine_->PlanDrafterOpens(Clock::now()).empty()) << "never re-opened mid catch-up";
+  machine_->OnCaughtUp({10}, absl::UnavailableError("drafter down"));
+  std::vector<DrafterOpenItem> reopen = machine_->PlanDrafterOpens(Clock::now());
+  ASSERT_EQ(reopen.size(), 1u) << "its drafter state is unknown after a failed catch-up";
+  EXPECT_TRUE(reopen[0].release_first);
+}
+
+TEST_F(StepMachineTest, SampledSequencesNeverCatchUpBesideTheSteps) {
+  auto r = AutoReq(1.0f);
+  machine_->Admit({r}, Clock::now(), true);
+  machine_->OnWorkerOpened({10}, std::vector<WorkerOpenReply>{{absl::OkStatus(), 100}},
+                           Clock::now());
+  machine_->OnDrafterOpened({10}, std::vector<absl::Status>{absl::OkStatus()}, Clock::now());
+  for (int i = 0; i < 2 * StepMachineOptions{}.catch_up_tokens; ++i) {
+    machine_->PlanDrafts();
+    machine_->ApplyDrafts(std::vector<DraftReply>{});
+    ASSERT_EQ(machine_->PlanVerify().size(), 1u);
+    machine_->ApplyVerify(std::vector<VerifyReply>{{absl::OkStatus(), {101 + i}, 0}});
+    EXPECT_TRUE(machine_->PlanCatchUps().empty());
+  }
 }
 
 TEST(StepMachineProfileTest, StartUpProfilesBecomeThePlannersPriors) {

@@ -103,6 +103,9 @@ struct RunResult {
   double tokens_per_s = 0;
   double mean_accepted = 0;
   double step_ms = 0, draft_ms = 0, verify_ms = 0, other_ms = 0;
+  double rpc_ms = 0;     // RPC wall time beyond the services' reported compute
+  double handler_ms = 0; // of which the worker's Verify handler outside its forward pass
+  double coord_ms = 0;   // the step loop outside both RPCs
   int64_t tokens = 0;
 };
 
@@ -163,7 +166,26 @@ RunResult Run(Coordinator* coordinator, const std::string& drafter, const std::s
   r.draft_ms = (after.drafter_reported_ns - before.drafter_reported_ns) / n / 1e6;
   r.verify_ms = (after.worker_forward_ns - before.worker_forward_ns) / n / 1e6;
   r.other_ms = r.step_ms - r.draft_ms - r.verify_ms;
+  const double draft_wall = (after.draft_ns - before.draft_ns) / n / 1e6;
+  const double verify_wall = (after.verify_ns - before.verify_ns) / n / 1e6;
+  r.rpc_ms = (draft_wall - r.draft_ms) + (verify_wall - r.verify_ms);
+  r.handler_ms = (after.worker_handler_ns - before.worker_handler_ns) / n / 1e6 - r.verify_ms;
+  r.coord_ms = r.step_ms - draft_wall - verify_wall;
   return r;
+}
+
+// The floor under "rpc ms": the median round trip of an RPC that does no
+// work (GetWorkerInfo) on the same channel.
+void PrintRpcFloor(WorkerClient* worker) {
+  std::vector<double> us;
+  for (int i = 0; i < 200; ++i) {
+    const auto t0 = Clock::now();
+    if (!worker->Info(std::chrono::milliseconds(1000)).ok()) return;
+    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  }
+  std::sort(us.begin(), us.end());
+  std::printf("empty worker RPC round trip: median %.0f us, p90 %.0f us\n", us[us.size() / 2],
+              us[us.size() * 9 / 10]);
 }
 
 int Main() {
@@ -178,6 +200,7 @@ int Main() {
   children.push_back(worker);
   std::vector<std::unique_ptr<WorkerClient>> workers;
   workers.push_back(MakeGrpcWorkerClient(worker.address, {}));
+  PrintRpcFloor(workers[0].get());
   std::vector<DrafterSpec> drafters;
   std::vector<std::string> names;
   for (absl::string_view kd : absl::StrSplit(absl::GetFlag(FLAGS_drafters), ',', absl::SkipEmpty())) {
@@ -231,9 +254,9 @@ int Main() {
     }
   }
   const int rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
-  std::printf("\n%-12s %-11s %5s %10s %8s %9s %9s %9s %11s %8s %7s\n", "drafter", "tree", "conc",
-              "tokens/s", "speedup", "accepted", "step ms", "draft ms", "verify ms", "other ms",
-              "min x");
+  std::printf("\n%-12s %-11s %5s %10s %8s %9s %9s %9s %11s %8s %7s %8s %8s %7s\n", "drafter",
+              "tree", "conc", "tokens/s", "speedup", "accepted", "step ms", "draft ms",
+              "verify ms", "other ms", "rpc ms", "handler", "coord ms", "min x");
   for (int c : conc) {
     // [config][round]
     std::vector<std::vector<RunResult>> runs(configs.size());
@@ -254,16 +277,19 @@ int Main() {
         mean.draft_ms += r.draft_ms / rounds;
         mean.verify_ms += r.verify_ms / rounds;
         mean.other_ms += r.other_ms / rounds;
+        mean.rpc_ms += r.rpc_ms / rounds;
+        mean.handler_ms += r.handler_ms / rounds;
+        mean.coord_ms += r.coord_ms / rounds;
         ratios.push_back(r.tokens_per_s / runs[0][round].tokens_per_s);
       }
       std::sort(ratios.begin(), ratios.end());
       char sp[16], lo[16];
       std::snprintf(sp, sizeof(sp), "%.2fx", ratios[ratios.size() / 2]);
       std::snprintf(lo, sizeof(lo), "%.2fx", ratios.front());
-      std::printf("%-12s %-11s %5d %10.1f %8s %9.2f %9.2f %9.2f %11.2f %8.2f %7s\n",
+      std::printf("%-12s %-11s %5d %10.1f %8s %9.2f %9.2f %9.2f %11.2f %8.2f %7.2f %8.2f %8.2f %7s\n",
                   configs[k].first.c_str(), configs[k].second.c_str(), c, mean.tokens_per_s, sp,
                   mean.mean_accepted, mean.step_ms, mean.draft_ms, mean.verify_ms, mean.other_ms,
-                  lo);
+                  mean.rpc_ms, mean.handler_ms, mean.coord_ms, lo);
     }
     std::fflush(stdout);
   }
