@@ -39,6 +39,11 @@ absl::StatusOr<RunningServer> StartServer(
       auto ca = ReadFileToString(tls.ca);
       if (!ca.ok()) return ca.status();
       opts.pem_root_certs = *ca;
+      // The default (GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE) would accept
+      // any client: mutual TLS needs the server to ask and to verify.
+      opts.client_certificate_request =
+          tls.require_client_cert ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                                  : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY;
     }
     creds = grpc::SslServerCredentials(opts);
   }
