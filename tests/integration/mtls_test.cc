@@ -209,5 +209,42 @@ TEST_F(MtlsTest, CoordinatorWithoutAClientCertificateCannotReachItsWorker) {
   EXPECT_THAT(run->stdout_text, ::testing::Not(::testing::HasSubstr("listening on")));
 }
 
+TEST_F(MtlsTest, CliPresentsItsCertificate) {
+  auto cli = [&](const std::vector<std::string>& tls) {
+    std::vector<std::string> argv = {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>&1",
+                                     BinaryPath("treespec"), "generate", "--server",
+                                     coordinator_->address(), "--ids", "5,9,17", "--max-tokens",
+                                     "4", "--drafter", "mamba", "--timeout-s", "20"};
+    argv.insert(argv.end(), tls.begin(), tls.end());
+    auto run = RunProcess(argv, milliseconds(60000));
+    EXPECT_TRUE(run.ok()) << run.status();
+    return run.ok() && WIFEXITED(run->wait_status) ? std::make_pair(WEXITSTATUS(run->wait_status),
+                                                                    run->stdout_text)
+                                                   : std::make_pair(-1, std::string());
+  };
+  const std::string ca = *certs_ + "/ca.pem";
+  auto [code, out] = cli({"--tls-ca", ca, "--tls-cert", *certs_ + "/client.pem", "--tls-key",
+                          *certs_ + "/client.key"});
+  EXPECT_EQ(code, 0) << out;
+  std::tie(code, out) = cli({"--tls-ca", ca});
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("treespec: UNAVAILABLE")) << out;
+  std::tie(code, out) = cli({"--tls-ca", ca, "--tls-cert", *certs_ + "/expired-client.pem",
+                             "--tls-key", *certs_ + "/expired-client.key"});
+  EXPECT_EQ(code, 1) << out;
+}
+
+TEST_F(MtlsTest, PublicClientCertsFlagIsChecked) {
+  auto run = RunProcess({"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>&1",
+                         BinaryPath("treespec-coordinator"), "--listen", "127.0.0.1:0",
+                         "--workers", worker_->address(), "--public-client-certs", "sometimes"},
+                        milliseconds(60000));
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_TRUE(WIFEXITED(run->wait_status) && WEXITSTATUS(run->wait_status) == 1)
+      << run->stdout_text;
+  EXPECT_THAT(run->stdout_text,
+              ::testing::HasSubstr("--public_client_certs: 'sometimes' is not require or optional"));
+}
+
 }  // namespace
 }  // namespace treespec::testing
