@@ -43,6 +43,11 @@ absl::StatusOr<RunningServer> StartServer(
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
         interceptors = {});
 
+// INVALID_ARGUMENT naming the flags when a server's TLS files do not make
+// sense: a certificate without its key (or the reverse), or a CA (client
+// verification) on a server without a certificate, which would be plaintext.
+absl::Status CheckTlsFiles(const TlsFiles& tls);
+
 // Client channel credentials: TLS with `tls.ca` if set, else insecure.
 std::shared_ptr<grpc::ChannelCredentials> ClientCredentials(const TlsFiles& tls);
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const TlsFiles& tls);

@@ -206,7 +206,11 @@ TEST_F(MtlsTest, CoordinatorWithoutAClientCertificateCannotReachItsWorker) {
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_TRUE(WIFEXITED(run->wait_status) && WEXITSTATUS(run->wait_status) == 1)
       << "wait status " << run->wait_status << "\n" << run->stdout_text;
+  EXPECT_THAT(run->stdout_text,
+              ::testing::HasSubstr("UNAVAILABLE: worker " + worker_->address()));
   EXPECT_THAT(run->stdout_text, ::testing::Not(::testing::HasSubstr("listening on")));
+  // The worker saw a TLS client that sent no certificate.
+  EXPECT_THAT(worker_->log(), ::testing::HasSubstr("peer did not return a certificate"));
 }
 
 TEST_F(MtlsTest, CliPresentsItsCertificate) {
@@ -232,6 +236,30 @@ TEST_F(MtlsTest, CliPresentsItsCertificate) {
   std::tie(code, out) = cli({"--tls-ca", ca, "--tls-cert", *certs_ + "/expired-client.pem",
                              "--tls-key", *certs_ + "/expired-client.key"});
   EXPECT_EQ(code, 1) << out;
+}
+
+TEST_F(MtlsTest, TlsFlagsThatWouldServePlaintextAreRefused) {
+  // --tls_ca alone would verify nobody on a plaintext port; a certificate
+  // without its key cannot serve TLS.
+  const std::vector<std::vector<std::string>> bad = {
+      {"--tls_ca", *certs_ + "/ca.pem"},
+      {"--tls_cert", *certs_ + "/service.pem", "--tls_ca", *certs_ + "/ca.pem"},
+  };
+  const std::vector<std::string> expected = {"without --tls_cert/--tls_key",
+                                             "--tls_cert and --tls_key go together"};
+  for (size_t i = 0; i < bad.size(); ++i) {
+    std::vector<std::string> argv = {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>&1",
+                                     BinaryPath("treespec-drafter"), "--kind", "mamba", "--model",
+                                     FixtureModel(kMambaModel), "--listen", "127.0.0.1:0"};
+    argv.insert(argv.end(), bad[i].begin(), bad[i].end());
+    auto run = RunProcess(argv, milliseconds(60000));
+    ASSERT_TRUE(run.ok()) << run.status();
+    EXPECT_TRUE(WIFEXITED(run->wait_status) && WEXITSTATUS(run->wait_status) == 1)
+        << run->stdout_text;
+    EXPECT_THAT(run->stdout_text, ::testing::HasSubstr("INVALID_ARGUMENT"));
+    EXPECT_THAT(run->stdout_text, ::testing::HasSubstr(expected[i]));
+    EXPECT_THAT(run->stdout_text, ::testing::Not(::testing::HasSubstr("listening on")));
+  }
 }
 
 TEST_F(MtlsTest, PublicClientCertsFlagIsChecked) {
