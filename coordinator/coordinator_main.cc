@@ -8,6 +8,7 @@
 #include "coordinator/generation_service.h"
 #include "coordinator/http_backend.h"
 #include "coordinator/telemetry.h"
+#include "rpc/bearer_auth.h"
 #include "rpc/server.h"
 #include "rpc/service_main.h"
 
@@ -41,8 +42,14 @@ ABSL_FLAG(std::string, chat_template, "",
           "directory's chat_template.jinja or tokenizer_config.json chat_template)");
 ABSL_FLAG(int32_t, http_threads, 32,
           "HTTP connections served at once (a streamed request holds one)");
-ABSL_FLAG(std::string, http_api_key, "",
-          "If set, HTTP requests need \"Authorization: Bearer KEY\" (else 401)");
+ABSL_FLAG(std::string, public_client_certs, "require",
+          "With --tls_ca: require (clients of the Generation port must present a certificate "
+          "signed by --tls_ca) or optional (they may present none, e.g. end users with bearer "
+          "tokens; one they present is still verified)");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "File of bearer tokens, one per line ('#' comments): gRPC Generation calls and HTTP "
+          "/v1 requests must send one (authorization: Bearer TOKEN); re-read within a second of a "
+          "change; empty: no authentication");
 
 namespace treespec {
 namespace {
@@ -53,6 +60,17 @@ int Main() {
   if (!ParseStepTracing(absl::GetFlag(FLAGS_trace_steps), &step_tracing)) {
     return FailService(absl::InvalidArgumentError(absl::StrCat(
         "--trace_steps: '", absl::GetFlag(FLAGS_trace_steps), "' is not spans, events or off")));
+  }
+  const std::string client_certs = absl::GetFlag(FLAGS_public_client_certs);
+  if (client_certs != "require" && client_certs != "optional") {
+    return FailService(absl::InvalidArgumentError(absl::StrCat(
+        "--public_client_certs: '", client_certs, "' is not require or optional")));
+  }
+  std::unique_ptr<BearerAuth> auth;
+  if (!absl::GetFlag(FLAGS_auth_token_file).empty()) {
+    auto created = BearerAuth::Create({.token_file = absl::GetFlag(FLAGS_auth_token_file)});
+    if (!created.ok()) return FailService(created.status());
+    auth = std::move(*created);
   }
   auto obs = StartServiceObservability("treespec-coordinator");
   if (!obs.ok()) return FailService(obs.status());
@@ -95,10 +113,10 @@ int Main() {
                                          std::move(tokenizer));
   if (!coordinator.ok()) return FailService(coordinator.status());
   if (absl::Status st = (*coordinator)->Start(); !st.ok()) return FailService(st);
-  GenerationService service(coordinator->get());
+  GenerationService service(coordinator->get(), auth.get());
   // Generate makes its own `generate` span (coordinator/generate_telemetry.h).
-  auto server =
-      StartServiceServer({&service}, obs->get(), {"/treespec.v1.Generation/Generate"});
+  auto server = StartServiceServer({&service}, obs->get(), {"/treespec.v1.Generation/Generate"},
+                                   absl::GetFlag(FLAGS_public_client_certs) == "require");
   if (!server.ok()) return FailService(server.status());
   telemetry.RegisterGauges(coordinator->get());
   CoordinatorHttpBackend http_backend(coordinator->get());
@@ -107,7 +125,7 @@ int Main() {
     auto options = HttpOptionsFromFiles(absl::GetFlag(FLAGS_http_listen), absl::GetFlag(FLAGS_tokenizer),
                                         absl::GetFlag(FLAGS_chat_template));
     if (!options.ok()) return FailService(options.status());
-    options->api_key = absl::GetFlag(FLAGS_http_api_key);
+    options->auth = auth.get();
     options->num_threads = absl::GetFlag(FLAGS_http_threads);
     auto started = HttpServer::Start(&http_backend, std::move(*options));
     if (!started.ok()) return FailService(started.status());

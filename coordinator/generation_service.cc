@@ -8,6 +8,9 @@ namespace treespec {
 
 grpc::Status GenerationService::Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
                                          grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  if (auth_ != nullptr) {
+    if (grpc::Status st = auth_->CheckGrpc(*ctx); !st.ok()) return st;
+  }
   const auto received = RequestState::Clock::now();
   std::optional<RequestState::Clock::time_point> deadline;
   const auto sys_deadline = ctx->deadline();
@@ -41,8 +44,11 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* ctx, const v1::Gen
   }
 }
 
-grpc::Status GenerationService::GetModelInfo(grpc::ServerContext*, const v1::GetModelInfoRequest*,
-                                             v1::ModelInfo* resp) {
+grpc::Status GenerationService::GetModelInfo(grpc::ServerContext* ctx,
+                                             const v1::GetModelInfoRequest*, v1::ModelInfo* resp) {
+  if (auth_ != nullptr) {
+    if (grpc::Status st = auth_->CheckGrpc(*ctx); !st.ok()) return st;
+  }
   *resp = coordinator_->ModelInfo();
   return grpc::Status::OK;
 }

@@ -1,15 +1,20 @@
 // gRPC Generation service: hands requests to the Coordinator and streams the
 // chunks its lanes produce; a client that goes away cancels its request.
+// With a BearerAuth, every call must carry a valid bearer token
+// (rpc/bearer_auth.h) before anything else happens: UNAUTHENTICATED otherwise.
 #pragma once
 
 #include "coordinator/coordinator.h"
+#include "rpc/bearer_auth.h"
 #include "treespec/v1/generation.grpc.pb.h"
 
 namespace treespec {
 
 class GenerationService final : public v1::Generation::Service {
  public:
-  explicit GenerationService(Coordinator* coordinator) : coordinator_(coordinator) {}
+  // `auth` (not owned, may be null: no authentication) outlives the service.
+  explicit GenerationService(Coordinator* coordinator, BearerAuth* auth = nullptr)
+      : coordinator_(coordinator), auth_(auth) {}
 
   grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
                         grpc::ServerWriter<v1::GenerateResponse>* writer) override;
@@ -18,6 +23,7 @@ class GenerationService final : public v1::Generation::Service {
 
  private:
   Coordinator* coordinator_;
+  BearerAuth* auth_;
 };
 
 }  // namespace treespec

@@ -57,10 +57,11 @@ struct HttpServer::Impl {
   }
 
   bool Authorized(const httplib::Request& req, httplib::Response& res) const {
-    if (options.api_key.empty()) return true;
-    if (req.get_header_value("Authorization") == "Bearer " + options.api_key) return true;
-    SendError(res, absl::UnauthenticatedError(
-                       "missing or wrong API key: send \"Authorization: Bearer <key>\""));
+    if (options.auth == nullptr) return true;
+    absl::Status st = options.auth->Check(req.get_header_value("Authorization"));
+    if (st.ok()) return true;
+    res.set_header("WWW-Authenticate", "Bearer");
+    SendError(res, st);
     return false;
   }
 

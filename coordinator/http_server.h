@@ -17,6 +17,10 @@
 // whole (non-streamed) request cannot notice a disconnect before it finishes
 // (cpp-httplib 0.11 exposes no connection state); max_tokens bounds it.
 //
+// With a BearerAuth (rpc/bearer_auth.h, the one the gRPC service checks), the
+// /v1 routes need "Authorization: Bearer <token>": 401 with an OpenAI error body
+// and "WWW-Authenticate: Bearer" otherwise. /health stays open.
+//
 // Thread-safety: handlers run on the server's thread pool; the backend must be
 // thread-safe. Stop() (or the destructor) waits for the listener thread.
 #pragma once
@@ -30,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "core/tokenizer/chat_template.h"
+#include "rpc/bearer_auth.h"
 #include "treespec/v1/generation.pb.h"
 
 namespace treespec {
@@ -59,7 +64,7 @@ class GenerationBackend {
 struct HttpServerOptions {
   std::string listen = "127.0.0.1:0";  // HOST:PORT; port 0 picks a free one
   int num_threads = 32;                // concurrent connections served
-  std::string api_key;                 // non-empty: require "Authorization: Bearer <key>"
+  BearerAuth* auth = nullptr;          // not owned; null: no authentication
   std::optional<ChatTemplate> chat_template;
   std::string bos_token;  // template variables
   std::string eos_token;

@@ -19,31 +19,66 @@ absl::Status CheckHostPort(const std::string& flag, const std::string& value) {
   return absl::OkStatus();
 }
 
+absl::Status CheckTlsFiles(const TlsFiles& tls) {
+  if (tls.cert.empty() != tls.key.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tls_cert and --tls_key go together (got --tls_cert='", tls.cert, "', --tls_key='",
+        tls.key, "')"));
+  }
+  if (!tls.ca.empty() && tls.cert.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tls_ca='", tls.ca, "' without --tls_cert/--tls_key: the server would listen in "
+        "plaintext"));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::StatusOr<std::string> ReadPem(const char* flag, const std::string& path) {
+  absl::StatusOr<std::string> pem = ReadFileToString(path);
+  if (!pem.ok()) {
+    return absl::Status(pem.status().code(), absl::StrCat(flag, ": ", pem.status().message()));
+  }
+  return pem;
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const TlsFiles& tls) {
+  if (!tls.enabled()) return grpc::InsecureServerCredentials();
+  auto cert = ReadPem("--tls_cert", tls.cert);
+  if (!cert.ok()) return cert.status();
+  auto key = ReadPem("--tls_key", tls.key);
+  if (!key.ok()) return key.status();
+  grpc::SslServerCredentialsOptions opts;
+  opts.pem_key_cert_pairs.push_back({*key, *cert});
+  if (!tls.ca.empty()) {
+    auto ca = ReadPem("--tls_ca", tls.ca);
+    if (!ca.ok()) return ca.status();
+    opts.pem_root_certs = *ca;
+    // The default (GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE) would accept
+    // any client: mutual TLS needs the server to ask and to verify.
+    opts.client_certificate_request =
+        tls.require_client_cert ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                                : GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(opts);
+}
+
+}  // namespace
+
 absl::StatusOr<RunningServer> StartServer(
     const std::string& listen, const std::vector<grpc::Service*>& services, const TlsFiles& tls,
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
         interceptors) {
   if (absl::Status st = CheckHostPort("--listen", listen); !st.ok()) return st;
+  if (absl::Status st = CheckTlsFiles(tls); !st.ok()) return st;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
-  if (tls.enabled()) {
-    auto cert = ReadFileToString(tls.cert);
-    auto key = ReadFileToString(tls.key);
-    if (!cert.ok()) return cert.status();
-    if (!key.ok()) return key.status();
-    grpc::SslServerCredentialsOptions opts;
-    opts.pem_key_cert_pairs.push_back({*key, *cert});
-    if (!tls.ca.empty()) {
-      auto ca = ReadFileToString(tls.ca);
-      if (!ca.ok()) return ca.status();
-      opts.pem_root_certs = *ca;
-    }
-    creds = grpc::SslServerCredentials(opts);
-  }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = ServerCredentials(tls);
+  if (!creds.ok()) return creds.status();
   int port = 0;
-  builder.AddListeningPort(listen, creds, &port);
+  builder.AddListeningPort(listen, *creds, &port);
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.SetMaxSendMessageSize(64 << 20);
   for (grpc::Service* s : services) builder.RegisterService(s);

@@ -1,6 +1,13 @@
 // Starting a gRPC server the way every treespec binary does: listening on
 // HOST:PORT (port 0 picks a free one), with grpc.health.v1 and server
 // reflection registered, TLS when certificate files are given.
+//
+// TLS: with `cert` and `key` the server speaks TLS only. With `ca` as well it
+// asks every client for a certificate and verifies it against `ca` (chain and
+// validity period): a client without one is refused during the handshake
+// unless `require_client_cert` is false, and a certificate that does not verify
+// (another CA, expired) is refused either way. Clients (MakeChannel) verify the
+// server against `ca` and present `cert` when given.
 #pragma once
 
 #include <memory>
@@ -17,6 +24,8 @@ struct TlsFiles {
   std::string cert;  // PEM certificate chain; empty: plaintext
   std::string key;   // PEM private key
   std::string ca;    // PEM CA bundle for clients (and for verifying peers)
+  // Server side, with `ca`: refuse clients that present no certificate.
+  bool require_client_cert = true;
   bool enabled() const { return !cert.empty(); }
 };
 
@@ -33,6 +42,11 @@ absl::StatusOr<RunningServer> StartServer(
     const TlsFiles& tls = {},
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
         interceptors = {});
+
+// INVALID_ARGUMENT naming the flags when a server's TLS files do not make
+// sense: a certificate without its key (or the reverse), or a CA (client
+// verification) on a server without a certificate, which would be plaintext.
+absl::Status CheckTlsFiles(const TlsFiles& tls);
 
 // Client channel credentials: TLS with `tls.ca` if set, else insecure.
 std::shared_ptr<grpc::ChannelCredentials> ClientCredentials(const TlsFiles& tls);

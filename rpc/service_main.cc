@@ -24,8 +24,8 @@ ABSL_FLAG(int32_t, shutdown_grace_s, 30,
 ABSL_FLAG(std::string, tls_cert, "", "PEM certificate (enables TLS on --listen)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, tls_ca, "",
-          "PEM CA bundle: verifies client certificates; the coordinator also verifies workers "
-          "and drafters with it");
+          "PEM CA bundle: clients must present a certificate it signed (mutual TLS); the "
+          "coordinator also verifies workers and drafters with it and presents --tls_cert to them");
 
 namespace treespec {
 
@@ -62,8 +62,10 @@ absl::StatusOr<std::unique_ptr<ServiceObservability>> StartServiceObservability(
 
 absl::StatusOr<RunningServer> StartServiceServer(const std::vector<grpc::Service*>& services,
                                                  ServiceObservability* obs,
-                                                 std::set<std::string> untraced) {
-  const ServiceFlags f = GetServiceFlags();
+                                                 std::set<std::string> untraced,
+                                                 bool require_client_cert) {
+  ServiceFlags f = GetServiceFlags();
+  f.tls.require_client_cert = require_client_cert;
   return StartServer(f.listen, services, f.tls, obs->Interceptors(std::move(untraced)));
 }
 

@@ -6,7 +6,7 @@
 //
 //   --listen HOST:PORT   gRPC address (port 0: any free port)
 //   --shutdown_grace_s   seconds in-flight calls may take after SIGTERM
-//   --tls_cert --tls_key --tls_ca
+//   --tls_cert --tls_key --tls_ca   TLS; with --tls_ca, mutual TLS (rpc/server.h)
 //
 // plus the observability flags (rpc/observability.h). A binary's main():
 //
@@ -57,10 +57,14 @@ absl::StatusOr<std::unique_ptr<ServiceObservability>> StartServiceObservability(
     const std::string& default_service_name, int rank = -1);
 
 // StartServer on --listen with the TLS flags and `obs`'s interceptors;
-// `untraced` methods get metrics but no server span.
+// `untraced` methods get metrics but no server span. With --tls_ca, clients
+// must present a certificate signed by it unless `require_client_cert` is
+// false (the coordinator's --public_client_certs=optional); one they present
+// is verified either way.
 absl::StatusOr<RunningServer> StartServiceServer(const std::vector<grpc::Service*>& services,
                                                  ServiceObservability* obs,
-                                                 std::set<std::string> untraced = {});
+                                                 std::set<std::string> untraced = {},
+                                                 bool require_client_cert = true);
 
 // Marks the service serving, prints `listening on HOST:PORT`, waits for
 // SIGTERM/SIGINT, then drains for at most --shutdown_grace_s. `at_grace_end`

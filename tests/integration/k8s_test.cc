@@ -299,6 +299,42 @@ TEST_P(K8sTest, ShutdownBudgetsAutoscalingAndServices) {
   }
 }
 
+// The coordinator authenticates clients with tokens from a Secret mounted as a
+// directory (no subPath: kubelet's updates must reach the file for rotation),
+// readable by the container's user.
+TEST_P(K8sTest, CoordinatorReadsItsTokensFromAMountedSecret) {
+  bool seen = false;
+  for (const json& w : Workloads(docs_)) {
+    if (w["metadata"]["name"] != "treespec-coordinator") continue;
+    seen = true;
+    const json& spec = w["spec"]["template"]["spec"];
+    const json& c = spec["containers"][0];
+    const auto flags = Flags(c);
+    ASSERT_TRUE(flags.count("auth_token_file")) << "the coordinator runs without --auth-token-file";
+    const std::string file = flags.at("auth_token_file");
+    const std::string dir = file.substr(0, file.rfind('/'));
+    std::string volume;
+    for (const json& m : c.value("volumeMounts", json::array())) {
+      if (m["mountPath"] != dir) continue;
+      volume = m["name"];
+      EXPECT_FALSE(m.contains("subPath")) << "a subPath mount never sees Secret updates";
+      EXPECT_EQ(m.value("readOnly", false), true);
+    }
+    ASSERT_FALSE(volume.empty()) << "nothing is mounted at " << dir;
+    bool is_secret = false;
+    for (const json& v : spec["volumes"]) {
+      if (v["name"] != volume || !v.contains("secret")) continue;
+      is_secret = true;
+      const int mode = v["secret"].value("defaultMode", 0644);
+      const bool group_readable = (mode & 040) != 0 && spec["securityContext"].contains("fsGroup");
+      EXPECT_TRUE((mode & 04) != 0 || group_readable)
+          << "mode " << mode << " does not let the container's user read the tokens";
+    }
+    EXPECT_TRUE(is_secret) << volume << " is not a Secret volume";
+  }
+  EXPECT_TRUE(seen) << "no treespec-coordinator workload";
+}
+
 INSTANTIATE_TEST_SUITE_P(Overlays, K8sTest, ::testing::Values("cpu-demo", "gpu-tp2"));
 
 TEST(K8sGpuTp2Test, TensorParallelGroupFormsThroughTheLeadersDnsName) {

@@ -7,6 +7,10 @@
 // The demo model has no chat template, so one coordinator gets a ChatML
 // template with --chat-template and a second runs without: its chat requests
 // must be refused with 400 naming the missing template.
+//
+// The first coordinator also runs with --auth-token-file: its requests carry
+// "Authorization: Bearer <kHttpToken>", and requests without it (or with
+// another token) get 401; the second runs without authentication.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -27,8 +31,11 @@ namespace treespec::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using Json = nlohmann::json;
 using std::chrono::milliseconds;
+
+constexpr char kHttpToken[] = "sk-treespec-test-9d41";
 
 constexpr char kChatMl[] =
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] "
@@ -71,9 +78,11 @@ struct Curl {
   std::string body;
 };
 
-// curl -sS with `args`; the last line of stdout is the HTTP code (-w).
-Curl RunCurl(std::vector<std::string> args) {
+// curl -sS with `args`, sending `token` as a bearer token unless empty; the
+// last line of stdout is the HTTP code (-w).
+Curl RunCurl(std::vector<std::string> args, const std::string& token = "") {
   std::vector<std::string> argv = {Which("curl"), "-sS", "--max-time", "60", "-w", "\n%{http_code}"};
+  if (!token.empty()) argv.insert(argv.end(), {"-H", "Authorization: Bearer " + token});
   argv.insert(argv.end(), args.begin(), args.end());
   auto run = RunProcess(argv, milliseconds(90000));
   Curl out;
@@ -94,6 +103,8 @@ class OpenAiHttpTest : public ::testing::Test {
     const std::string model = std::string(TREESPEC_SOURCE_DIR) + "/models/demo/target";
     const std::string chat_template = dir_->path() + "/chatml.jinja";
     std::ofstream(chat_template) << kChatMl;
+    const std::string tokens = dir_->path() + "/tokens";
+    std::ofstream(tokens) << "# test clients\n" << kHttpToken << "\n";
     auto worker = StartWorkerProcess(model);
     if (!worker.ok()) return Fail(worker.status().ToString());
     worker_ = worker->release();
@@ -103,8 +114,7 @@ class OpenAiHttpTest : public ::testing::Test {
                                        "--workers", worker_->address(), "--tokenizer", model,
                                        "--http-listen", "127.0.0.1:" + std::to_string(port)};
       if (with_template) {
-        argv.push_back("--chat-template");
-        argv.push_back(chat_template);
+        argv.insert(argv.end(), {"--chat-template", chat_template, "--auth-token-file", tokens});
       }
       auto coordinator = Subprocess::Start(argv, milliseconds(60000));
       if (!coordinator.ok()) return Fail(coordinator.status().ToString());
@@ -130,8 +140,10 @@ class OpenAiHttpTest : public ::testing::Test {
     ASSERT_EQ(error_, nullptr) << *error_;
     ASSERT_NE(url_, nullptr);
   }
+  // With the token of the coordinator at `url` (the first one has one).
   static Curl PostJson(const std::string& url, const std::string& path, const Json& body) {
-    return RunCurl({"-H", "Content-Type: application/json", "-d", body.dump(), url + path});
+    return RunCurl({"-H", "Content-Type: application/json", "-d", body.dump(), url + path},
+                   url == *url_ ? kHttpToken : "");
   }
 
   static inline TempDir* dir_ = nullptr;
@@ -144,9 +156,9 @@ class OpenAiHttpTest : public ::testing::Test {
 };
 
 TEST_F(OpenAiHttpTest, CurlHealthModelsAndCompletion) {
-  Curl health = RunCurl({*url_ + "/health"});
+  Curl health = RunCurl({*url_ + "/health"}, kHttpToken);
   EXPECT_EQ(health.http_code, 200) << health.body;
-  Curl models = RunCurl({*url_ + "/v1/models"});
+  Curl models = RunCurl({*url_ + "/v1/models"}, kHttpToken);
   ASSERT_EQ(models.http_code, 200) << models.body;
   EXPECT_EQ(ParseJson(models.body)["data"][0]["id"], "target");
   Curl c = PostJson(*url_, "/v1/completions",
@@ -185,7 +197,8 @@ TEST_F(OpenAiHttpTest, CurlStreamedChatEndsWithDone) {
                          {"stream", true},
                          {"stream_options", {{"include_usage", true}}}}
                         .dump(),
-                    *url_ + "/v1/chat/completions"});
+                    *url_ + "/v1/chat/completions"},
+                   kHttpToken);
   ASSERT_EQ(s.http_code, 200) << s.body;
   EXPECT_THAT(s.body, HasSubstr("\"role\":\"assistant\""));
   EXPECT_THAT(s.body, HasSubstr("\"finish_reason\":\"length\""));
@@ -204,13 +217,37 @@ TEST_F(OpenAiHttpTest, CurlErrors) {
   EXPECT_THAT(vocab.body, HasSubstr("99999999"));
   Curl model = PostJson(*url_, "/v1/completions", {{"model", "gpt-4"}, {"prompt", "x"}});
   EXPECT_EQ(model.http_code, 404) << model.body;
-  Curl route = RunCurl({*url_ + "/v1/embeddings"});
+  Curl route = RunCurl({*url_ + "/v1/embeddings"}, kHttpToken);
   EXPECT_EQ(route.http_code, 404) << route.body;
   Curl chat = PostJson(*plain_url_, "/v1/chat/completions",
                        {{"messages", {{{"role", "user"}, {"content", "Hello"}}}}});
   EXPECT_EQ(chat.http_code, 400) << chat.body;
   EXPECT_THAT(chat.body, HasSubstr("no chat template"));
   Curl plain = PostJson(*plain_url_, "/v1/completions", {{"prompt", "Once"}, {"max_tokens", 2}});
+  EXPECT_EQ(plain.http_code, 200) << plain.body;
+}
+
+TEST_F(OpenAiHttpTest, CurlWithoutTheTokenGets401) {
+  const Json body = {{"prompt", "Once"}, {"max_tokens", 2}};
+  for (const std::string token : {"", "sk-treespec-test-9d4", "sk-treespec-test-9d41x"}) {
+    for (const std::string path : {"/v1/completions", "/v1/chat/completions"}) {
+      Curl c = RunCurl({"-i", "-H", "Content-Type: application/json", "-d", body.dump(),
+                        *url_ + path},
+                       token);
+      EXPECT_EQ(c.http_code, 401) << "token '" << token << "' " << path << ": " << c.body;
+      EXPECT_THAT(c.body, HasSubstr("WWW-Authenticate: Bearer")) << c.body;
+      EXPECT_THAT(c.body, HasSubstr("\"authentication_error\"")) << c.body;
+      EXPECT_THAT(c.body, HasSubstr(token.empty() ? "missing bearer token" : "invalid bearer token"))
+          << c.body;
+      if (!token.empty()) {
+        EXPECT_THAT(c.body, Not(HasSubstr(token))) << c.body;
+      }
+    }
+  }
+  EXPECT_EQ(RunCurl({*url_ + "/v1/models"}).http_code, 401);
+  // The health route stays open; the coordinator without a token file needs none.
+  EXPECT_EQ(RunCurl({*url_ + "/health"}).http_code, 200);
+  Curl plain = PostJson(*plain_url_, "/v1/completions", body);
   EXPECT_EQ(plain.http_code, 200) << plain.body;
 }
 
@@ -230,7 +267,7 @@ TEST_F(OpenAiHttpTest, OfficialPythonClient) {
   }
   auto run = RunProcess({python, std::string(TREESPEC_SOURCE_DIR) +
                                      "/tests/integration/openai/openai_client_check.py",
-                         *url_ + "/v1"},
+                         *url_ + "/v1", kHttpToken},
                         milliseconds(300000));
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_TRUE(WIFEXITED(run->wait_status) && WEXITSTATUS(run->wait_status) == 0)

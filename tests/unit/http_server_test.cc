@@ -4,6 +4,7 @@
 #include "coordinator/http_server.h"
 
 #include "coordinator/http_backend.h"
+#include "rpc/bearer_auth.h"
 #include "tests/testing/test_util.h"
 
 #include <httplib.h>
@@ -23,6 +24,7 @@ namespace treespec {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using Json = nlohmann::json;
 
 class FakeStream : public GenerationStream {
@@ -188,16 +190,41 @@ TEST_F(HttpServerTest, ErrorsHaveOpenAiShapeAndCodes) {
   EXPECT_EQ(res->status, 400);
 }
 
-TEST_F(HttpServerTest, ApiKey) {
+TEST_F(HttpServerTest, BearerTokenFromTheTokenFile) {
+  testing::TempDir dir;
+  const std::string file = dir.path() + "/tokens";
+  testing::WriteFile(file, "# team A\nsekrit\n\nother\n");
+  auto auth = BearerAuth::Create({.token_file = file});
+  ASSERT_TRUE(auth.ok()) << auth.status();
   HttpServerOptions options;
-  options.api_key = "sekrit";
+  options.auth = auth->get();
   StartServer(options);
-  auto res = Post("/v1/completions", {{"prompt", "Hi"}});
+  for (const std::string path : {"/v1/completions", "/v1/chat/completions"}) {
+    auto res = Post(path, {{"prompt", "Hi"}});
+    ASSERT_TRUE(res) << path;
+    EXPECT_EQ(res->status, 401) << path;
+    EXPECT_EQ(res->get_header_value("WWW-Authenticate"), "Bearer") << path;
+    EXPECT_EQ(Json::parse(res->body)["error"]["type"], "authentication_error") << path;
+    EXPECT_THAT(res->body, HasSubstr("missing bearer token")) << path;
+  }
+  auto res = client_->Get("/v1/models");
   EXPECT_EQ(res->status, 401);
-  EXPECT_EQ(Json::parse(res->body)["error"]["type"], "authentication_error");
-  client_->set_bearer_token_auth("sekrit");
-  res = Post("/v1/completions", {{"prompt", "Hi"}});
+  // /health stays open.
+  res = client_->Get("/health");
   EXPECT_EQ(res->status, 200);
+
+  client_->set_bearer_token_auth("sekri");
+  res = Post("/v1/completions", {{"prompt", "Hi"}});
+  EXPECT_EQ(res->status, 401);
+  EXPECT_THAT(res->body, HasSubstr("invalid bearer token"));
+  EXPECT_THAT(res->body, Not(HasSubstr("sekri")));
+  for (const std::string token : {"sekrit", "other"}) {
+    client_->set_bearer_token_auth(token.c_str());
+    res = Post("/v1/completions", {{"prompt", "Hi"}});
+    EXPECT_EQ(res->status, 200) << token << ": " << res->body;
+    res = client_->Get("/v1/models");
+    EXPECT_EQ(res->status, 200) << token;
+  }
 }
 
 TEST_F(HttpServerTest, ChatRendersTheTemplate) {

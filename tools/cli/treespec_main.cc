@@ -3,6 +3,8 @@
 //       --top-p P --top-k K --seed S --drafter NAME|none --tree SHAPE
 //       --verify greedy|multiround|target_sampling --json]
 //   treespec info --server ADDR
+// Both take --auth_token_file FILE (the first token is sent as
+// "authorization: Bearer TOKEN") and --tls_ca [--tls_cert --tls_key].
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -15,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "core/util/cli_args.h"
 #include "nlohmann/json.hpp"
+#include "rpc/bearer_auth.h"
 #include "rpc/server.h"
 #include "rpc/status_convert.h"
 #include "treespec/v1/generation.grpc.pb.h"
@@ -35,6 +38,11 @@ ABSL_FLAG(std::string, stop, "", "Stop string (may be given once)");
 ABSL_FLAG(bool, json, false, "Print one JSON object with the text and final statistics");
 ABSL_FLAG(int32_t, timeout_s, 600, "Deadline of the call");
 ABSL_FLAG(std::string, tls_ca, "", "PEM CA bundle (enables TLS)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate, for a coordinator that requires one (with --tls_ca)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "File of bearer tokens (one per line, '#' comments); the first is sent");
 
 namespace treespec {
 namespace {
@@ -62,8 +70,14 @@ const char* FinishName(v1::FinishReason r) {
   }
 }
 
-int Info(v1::Generation::Stub* stub) {
+// `authorization`: "Bearer TOKEN" from --auth_token_file; empty: none sent.
+void Authorize(grpc::ClientContext* ctx, const std::string& authorization) {
+  if (!authorization.empty()) ctx->AddMetadata("authorization", authorization);
+}
+
+int Info(v1::Generation::Stub* stub, const std::string& authorization) {
   grpc::ClientContext ctx;
+  Authorize(&ctx, authorization);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   v1::ModelInfo info;
   grpc::Status st = stub->GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info);
@@ -157,11 +171,12 @@ void PrintSummary(const v1::GenerateResponse& last, const std::string& text,
                spec.fallback_steps(), static_cast<unsigned long long>(last.seed()));
 }
 
-int Generate(v1::Generation::Stub* stub) {
+int Generate(v1::Generation::Stub* stub, const std::string& authorization) {
   absl::StatusOr<v1::GenerateRequest> req = RequestFromFlags();
   if (!req.ok()) return Fail(req.status(), 2);
   const bool json = absl::GetFlag(FLAGS_json);
   grpc::ClientContext ctx;
+  Authorize(&ctx, authorization);
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::seconds(absl::GetFlag(FLAGS_timeout_s)));
   auto reader = stub->Generate(&ctx, *req);
@@ -197,11 +212,18 @@ int main(int argc, char** argv) {
       "       treespec info --server ADDR");
   std::vector<std::string> rest = treespec::ParseFlags(argc, argv);
   if (rest.size() != 2) return treespec::Usage();
-  treespec::TlsFiles tls;
-  tls.ca = absl::GetFlag(FLAGS_tls_ca);
+  std::string authorization;
+  if (!absl::GetFlag(FLAGS_auth_token_file).empty()) {
+    auto read = treespec::ClientAuthorization("--auth_token_file",
+                                              absl::GetFlag(FLAGS_auth_token_file));
+    if (!read.ok()) return treespec::Fail(read.status(), 2);
+    authorization = *read;
+  }
+  treespec::TlsFiles tls{absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+                         absl::GetFlag(FLAGS_tls_ca)};
   auto stub = treespec::v1::Generation::NewStub(
       treespec::MakeChannel(absl::GetFlag(FLAGS_server), tls));
-  if (rest[1] == "generate") return treespec::Generate(stub.get());
-  if (rest[1] == "info") return treespec::Info(stub.get());
+  if (rest[1] == "generate") return treespec::Generate(stub.get(), authorization);
+  if (rest[1] == "info") return treespec::Info(stub.get(), authorization);
   return treespec::Usage();
 }

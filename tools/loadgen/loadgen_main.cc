@@ -10,7 +10,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "core/util/cli_args.h"
-#include "core/util/cli_args.h"
+#include "rpc/bearer_auth.h"
 #include "rpc/server.h"
 #include "tools/loadgen/runner.h"
 #include "tools/loadgen/stats.h"
@@ -35,6 +35,11 @@ ABSL_FLAG(uint64_t, seed, 1, "Seed of the arrival process and of requests withou
 ABSL_FLAG(double, timeout_s, 600, "Deadline of each request");
 ABSL_FLAG(double, progress_interval_s, 1.0, "Progress line period on stderr (0: quiet)");
 ABSL_FLAG(std::string, tls_ca, "", "PEM CA bundle (enables TLS to the server)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate, for a coordinator that requires one (with --tls_ca)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "File of bearer tokens (one per line, '#' comments); the first is sent");
 
 namespace treespec::loadgen {
 namespace {
@@ -55,6 +60,15 @@ int Main() {
     std::cerr << "treespec-loadgen: " << st.message() << std::endl;
     return 2;
   }
+  if (!absl::GetFlag(FLAGS_auth_token_file).empty()) {
+    auto authorization =
+        ClientAuthorization("--auth_token_file", absl::GetFlag(FLAGS_auth_token_file));
+    if (!authorization.ok()) {
+      std::cerr << "treespec-loadgen: " << authorization.status().message() << std::endl;
+      return 2;
+    }
+    options.authorization = *authorization;
+  }
   RequestDefaults defaults;
   defaults.max_tokens = absl::GetFlag(FLAGS_max_tokens);
   defaults.temperature = absl::GetFlag(FLAGS_temperature);
@@ -73,8 +87,8 @@ int Main() {
     }
     workload = std::move(*loaded);
   }
-  TlsFiles tls;
-  tls.ca = absl::GetFlag(FLAGS_tls_ca);
+  TlsFiles tls{absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+               absl::GetFlag(FLAGS_tls_ca)};
   auto stub = v1::Generation::NewStub(MakeChannel(absl::GetFlag(FLAGS_server), tls));
   const std::string mode =
       options.concurrency > 0 ? absl::StrCat("closed loop, concurrency ", options.concurrency)

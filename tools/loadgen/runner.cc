@@ -24,12 +24,13 @@ struct Progress {
 };
 
 RequestResult RunOne(v1::Generation::Stub* stub, const v1::GenerateRequest& req,
-                     Clock::time_point run_start, double scheduled_s, double timeout_s,
+                     Clock::time_point run_start, double scheduled_s, const LoadOptions& options,
                      Progress* progress) {
   RequestResult r;
   grpc::ClientContext ctx;
+  if (!options.authorization.empty()) ctx.AddMetadata("authorization", options.authorization);
   ctx.set_deadline(std::chrono::system_clock::now() +
-                   std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+                   std::chrono::milliseconds(static_cast<int64_t>(options.timeout_s * 1000)));
   const Clock::time_point sent = Clock::now();
   r.start_s = Since(run_start, sent);
   r.scheduled_s = scheduled_s < 0 ? r.start_s : scheduled_s;
@@ -110,8 +111,8 @@ absl::StatusOr<LoadRun> RunLoad(v1::Generation::Stub* stub,
     for (int c = 0; c < options.concurrency; ++c) {
       clients.emplace_back([&] {
         for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) {
-          run.results[i] = RunOne(stub, workload[i % workload.size()], t0, -1,
-                                  options.timeout_s, &progress);
+          run.results[i] = RunOne(stub, workload[i % workload.size()], t0, -1, options,
+                                  &progress);
         }
       });
     }
@@ -128,7 +129,7 @@ absl::StatusOr<LoadRun> RunLoad(v1::Generation::Stub* stub,
       std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
                                              std::chrono::duration<double>(at)));
       inflight.emplace_back([&, i, at] {
-        run.results[i] = RunOne(stub, workload[i % workload.size()], t0, at, options.timeout_s,
+        run.results[i] = RunOne(stub, workload[i % workload.size()], t0, at, options,
                                 &progress);
       });
     }

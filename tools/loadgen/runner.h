@@ -23,6 +23,7 @@ struct LoadOptions {
   uint64_t seed = 1;     // Poisson arrivals
   double timeout_s = 600;
   double progress_interval_s = 1.0;  // 0: quiet
+  std::string authorization;  // "Bearer TOKEN" sent with every request; empty: none
   absl::Status Validate() const;
 };
 

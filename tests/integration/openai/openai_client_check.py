@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Drives treespec's OpenAI-compatible HTTP API with the official `openai` client.
 
-Usage: openai_client_check.py BASE_URL (e.g. http://127.0.0.1:8000/v1)
+Usage: openai_client_check.py BASE_URL [API_KEY] (e.g. http://127.0.0.1:8000/v1)
+With API_KEY (a token of the coordinator's --auth-token-file) the checks run
+with api_key=API_KEY, and a wrong key must raise openai.AuthenticationError (401).
 Run by tests/integration/openai_http_test.cc inside a venv with `openai` from PyPI.
 Exits non-zero with a message on the first failed check; prints "OK" at the end.
 """
@@ -16,9 +18,30 @@ def check(cond, message):
         sys.exit(1)
 
 
+def check_wrong_key_refused(base_url, api_key):
+    wrong = openai.OpenAI(base_url=base_url, api_key=api_key + "-wrong", max_retries=0, timeout=60)
+    for name, call in [
+            ("models.list", lambda: wrong.models.list()),
+            ("completions.create",
+             lambda: wrong.completions.create(model="target", prompt="x", max_tokens=2)),
+            ("chat.completions.create",
+             lambda: wrong.chat.completions.create(
+                 model="target", messages=[{"role": "user", "content": "x"}], max_tokens=2))]:
+        try:
+            call()
+            check(False, "%s with a wrong api_key was accepted" % name)
+        except openai.AuthenticationError as e:
+            check(e.status_code == 401 and "invalid bearer token" in str(e),
+                  "%s wrong-key error %r" % (name, e))
+            check(api_key not in str(e), "%s error echoes the key" % name)
+
+
 def main():
     base_url = sys.argv[1]
-    client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=60)
+    api_key = sys.argv[2] if len(sys.argv) > 2 else "unused"
+    client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=60)
+    if len(sys.argv) > 2:
+        check_wrong_key_refused(base_url, api_key)
 
     models = client.models.list()
     model = models.data[0].id
