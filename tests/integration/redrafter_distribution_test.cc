@@ -7,6 +7,9 @@
 // two emitted tokens must follow p(x)·p(y | x): chi-square over 10^5 trials
 // per rule, p > 0.001.
 //
+// A control test attaches the head's own softmax as q to the same tree and
+// shows multi-round verification is then NOT exact (chi-square rejects it).
+//
 // The beam search is deterministic, so every trial verifies the same tree
 // (only the verification draws differ); the tree is checked to be a real
 // beam tree (several candidates, depth 4) and, because the head is trained,
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "core/model/llama.h"
+#include "core/model/redrafter_head.h"
 #include "core/spec/philox.h"
 #include "core/spec/sampling.h"
 #include "core/spec/verify.h"
@@ -131,6 +135,52 @@ TEST_P(RedrafterDistributionTest, BeamTreesPreserveTheTargetDistribution) {
   std::printf("[ measured ] redrafter %s T=1: first %s; pair %s; mean accepted %.3f\n",
               std::string(VerifyModeName(mode)).c_str(), o.first.ToString().c_str(),
               o.pair.ToString().c_str(), o.mean_accepted);
+}
+
+// The control that shows why the drafter sends no q: the same beam tree with
+// q_v = the head's own top-32 softmax at each node (the distribution its
+// children were ranked by) and multi-round verification. The children were
+// chosen, not sampled from q_v, so the contract of verify.h is broken and the
+// output drifts towards the head: the chi-square test must reject it.
+TEST_F(RedrafterDistributionTest, HeadSoftmaxAsQWithMultiRoundIsNotExact) {
+  auto head = RedrafterHead::Load(Demo("redrafter-head"), Demo("target"), backend_.get());
+  ASSERT_TRUE(head.ok()) << head.status();
+  const int64_t n = kPrompt.size(), H = (*head)->info().hidden_size;
+  std::vector<float> h;
+  ASSERT_TRUE((*head)
+                  ->Context(std::vector<float>(features_.begin() + (n - 2) * H,
+                                               features_.begin() + (n - 1) * H),
+                            1, &h)
+                  .ok());
+  TokenTree tree = tree_;
+  tree.draft.assign(tree.num_nodes(), SparseDist{});
+  for (int32_t v = 0; v < tree.num_nodes(); ++v) {
+    if (tree.Children(v).empty()) continue;
+    const std::vector<int32_t> path = tree.PathTo(v);
+    std::vector<float> s, logits;
+    ASSERT_TRUE((*head)->InitState({tree.tokens[0]}, &s).ok());
+    for (size_t k = 1; k < path.size(); ++k) {
+      ASSERT_TRUE((*head)->Step(s, {tree.tokens[path[k]]}, &s).ok());
+    }
+    ASSERT_TRUE((*head)->Logits(s, h, &logits).ok());
+    tree.draft[v] = TopKDist(logits.data(), V_, 32, kTemperature);
+  }
+  ASSERT_TRUE(tree.Validate(V_).ok()) << tree.Validate(V_);
+  SamplingParams params;
+  params.temperature = kTemperature;
+  const testing::TwoTokenOutcome o = testing::RunTwoTokenTrials(
+      V_, kTrials, 0x8EDA, params,
+      [](const TokenTree& t, const float* logits, int64_t vocab, const SamplingParams& sp,
+         RngKey key) { return Verify(VerifyMode::kMultiRound, t, logits, vocab, sp, key); },
+      [&](int, uint64_t) { return tree; },
+      [&](const std::vector<int32_t>& suffix) -> const std::vector<float>& {
+        return TargetAfter(suffix);
+      });
+  EXPECT_LT(std::min(o.first.p_value, o.pair.p_value), 1e-6)
+      << o.first.ToString() << "; " << o.pair.ToString();
+  std::printf("[ measured ] redrafter beam tree with the head's softmax as q, multiround T=1 "
+              "(biased by design): first %s; pair %s\n",
+              o.first.ToString().c_str(), o.pair.ToString().c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Rules, RedrafterDistributionTest,
