@@ -82,6 +82,9 @@ class Drafter {
   // drafter reads with every Open and Draft, in row order; empty for drafters
   // that read tokens only.
   virtual std::vector<int32_t> feature_layers() const { return {}; }
+  // Floats per position of the features it reads (layers x the target's
+  // hidden size); 0 when feature_layers() is empty.
+  virtual int64_t feature_width() const { return 0; }
   virtual std::vector<absl::Status> Open(const std::vector<DrafterOpenSpec>& specs) = 0;
   virtual std::vector<DraftOutcome> Draft(const std::vector<DraftSpec>& specs) = 0;
   virtual int Release(const std::vector<uint64_t>& ids) = 0;

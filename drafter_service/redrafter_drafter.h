@@ -58,6 +58,7 @@ class RedrafterDrafter : public Drafter {
   std::string kind() const override { return "redrafter"; }
   int64_t vocab_size() const override { return head_->info().vocab_size; }
   std::vector<int32_t> feature_layers() const override { return {head_->info().target_layer}; }
+  int64_t feature_width() const override { return head_->info().hidden_size; }
   std::vector<absl::Status> Open(const std::vector<DrafterOpenSpec>& specs) override;
   std::vector<DraftOutcome> Draft(const std::vector<DraftSpec>& specs) override;
   int Release(const std::vector<uint64_t>& ids) override;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/tensor/backend.h"
+#include "drafter_service/draft_profiler.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/test_util.h"
@@ -173,6 +174,32 @@ TEST(RedrafterDrafterOptionsTest, RejectsBadBeamsAndMissingTarget) {
   o.beam_width = 3;
   o.beam_length = 17;
   EXPECT_THAT(o.Validate().message(), HasSubstr("--beam-length 17"));
+}
+
+// The start-up draft-cost profile (drafter_main) opens and drafts throw-away
+// sequences; drafters reading the target's features get constant features of
+// their feature_width() and are profiled like the others.
+TEST(FeatureDrafterProfileTest, EagleAndRedrafterHeadsCanBeProfiled) {
+  std::unique_ptr<Backend> backend = CreateCpuBackend();
+  for (const char* kind : {"redrafter", "eagle", "eagle3"}) {
+    DrafterOptions o;
+    o.kind = kind;
+    o.model_dir = testing::SourceDir() + "/models/demo/" + kind + "-head";
+    o.target_dir = testing::SourceDir() + "/models/demo/target";
+    o.max_sequences = 4;
+    auto d = CreateDrafter(o, backend.get());
+    ASSERT_TRUE(d.ok()) << kind << ": " << d.status();
+    EXPECT_EQ((*d)->feature_width(),
+              static_cast<int64_t>((*d)->feature_layers().size()) * 256) << kind;
+    DraftProfileOptions po;
+    po.batches = {1, 4};
+    po.depths = {1, 3};
+    po.repeats = 1;
+    auto samples = ProfileDraftCalls(d->get(), o.max_sequences, o.max_tree_nodes, po);
+    ASSERT_TRUE(samples.ok()) << kind << ": " << samples.status();
+    EXPECT_FALSE(samples->empty()) << kind;
+    EXPECT_EQ((*d)->Stats().num_sequences, 0) << kind << ": profile sequences released";
+  }
 }
 
 }  // namespace
