@@ -1,5 +1,5 @@
 // Drafter: one drafter model serving many sequences, behind one interface for
-// every drafter kind (mamba, transformer; later EAGLE and ReDrafter heads).
+// every drafter kind (mamba, transformer, ngram, EAGLE / EAGLE-3 and ReDrafter heads).
 // The service layer (drafter_service.cc) only translates proto <-> these types.
 //
 // Per sequence a drafter holds its model state over the committed tokens and
