@@ -10,6 +10,7 @@ namespace treespec {
 namespace {
 
 constexpr uint64_t kProfileIdBase = uint64_t{1} << 63;
+constexpr float kFeatureValue = 0.5f;
 
 // Throw-away sequences drafted together; released on destruction.
 class DraftSequences {
@@ -25,6 +26,10 @@ class DraftSequences {
       for (int32_t j = 0; j < prompt_tokens; ++j) {
         specs[i].prompt.push_back(static_cast<int32_t>((i * 7919 + j * 31 + 1) % vocab));
       }
+      // Drafters reading the target's features (EAGLE, ReDrafter heads) get
+      // constant ones: their cost does not depend on the values.
+      specs[i].features.assign(std::max(0, prompt_tokens - 1) * drafter_->feature_width(),
+                               kFeatureValue);
     }
     std::vector<absl::Status> out = drafter_->Open(specs);
     for (int64_t i = 0; i < count; ++i) {
@@ -51,6 +56,7 @@ class DraftSequences {
       specs[i].shape = shape;
       specs[i].temperature = 1.0f;  // no pre-drafting; see the header
       specs[i].seed = steps_[i];
+      specs[i].features.assign(drafter_->feature_width(), kFeatureValue);
     }
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<DraftOutcome> out = drafter_->Draft(specs);

@@ -1,5 +1,5 @@
 // Drafter: one drafter model serving many sequences, behind one interface for
-// every drafter kind (mamba, transformer; later EAGLE and ReDrafter heads).
+// every drafter kind (mamba, transformer, ngram, EAGLE / EAGLE-3 and ReDrafter heads).
 // The service layer (drafter_service.cc) only translates proto <-> these types.
 //
 // Per sequence a drafter holds its model state over the committed tokens and
@@ -85,6 +85,9 @@ class Drafter {
   // drafter reads with every Open and Draft, in row order; empty for drafters
   // that read tokens only.
   virtual std::vector<int32_t> feature_layers() const { return {}; }
+  // Floats per position of the features it reads (layers x the target's
+  // hidden size); 0 when feature_layers() is empty.
+  virtual int64_t feature_width() const { return 0; }
   virtual std::vector<absl::Status> Open(const std::vector<DrafterOpenSpec>& specs) = 0;
   virtual std::vector<DraftOutcome> Draft(const std::vector<DraftSpec>& specs) = 0;
   virtual int Release(const std::vector<uint64_t>& ids) = 0;
@@ -98,12 +101,19 @@ class Drafter {
 
 struct DrafterOptions {
   std::string kind;             // "mamba" | "transformer": must match the model's kind; "ngram";
-                                // "eagle" | "eagle3": must match the head's kind
+                                // "eagle" | "eagle3": must match the head's kind;
+                                // "redrafter": a ReDrafter head (redrafter_drafter.h)
   std::string model_dir;        // ngram: optional, only for its vocabulary size
-  std::string target_dir;       // eagle kinds: the target (its embedding and LM head)
+  std::string target_dir;       // eagle kinds, redrafter: the target (its embedding and LM head)
   int64_t vocab_size = 0;       // ngram: 0 takes it from model_dir
   int32_t ngram_min = 1;        // ngram: shortest and longest suffix matched
   int32_t ngram_max = 8;
+  // redrafter: the beam search's most candidates and draft length; each
+  // request's tree shape caps both (redrafter_drafter.h, FitBeams). Defaults:
+  // paper 003 Table 2 / App. A.2, whose compute-bound (on-device) runs peak
+  // at beam length 4 and width 1-3.
+  int32_t beam_width = 3;
+  int32_t beam_length = 4;
   int64_t max_sequences = 64;
   int64_t max_tree_nodes = 64;  // root included
   int64_t max_context = 4096;   // transformer: KV per sequence

@@ -4,6 +4,7 @@
 #include "drafter_service/eagle_drafter.h"
 #include "drafter_service/model_drafter.h"
 #include "drafter_service/ngram_drafter.h"
+#include "drafter_service/redrafter_drafter.h"
 
 namespace treespec {
 
@@ -22,6 +23,11 @@ absl::StatusOr<std::unique_ptr<Drafter>> CreateDrafter(const DrafterOptions& opt
   }
   if (options.kind == "eagle" || options.kind == "eagle3") {
     auto d = EagleDrafter::Create(options, backend);
+    if (!d.ok()) return d.status();
+    return std::unique_ptr<Drafter>(std::move(*d));
+  }
+  if (options.kind == "redrafter") {
+    auto d = RedrafterDrafter::Create(options, backend);
     if (!d.ok()) return d.status();
     return std::unique_ptr<Drafter>(std::move(*d));
   }

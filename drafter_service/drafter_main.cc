@@ -1,5 +1,6 @@
 // treespec-drafter: serves one drafter (a mamba or transformer model, an
-// EAGLE / EAGLE-3 head of a target, or the model-free ngram drafter) over gRPC.
+// EAGLE / EAGLE-3 or ReDrafter head of a target, or the model-free ngram
+// drafter) over gRPC.
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -22,16 +23,23 @@
 ABSL_FLAG(std::string, kind, "mamba",
           "Drafter kind: mamba or transformer (must match --model), or ngram (suffix matching over "
           "each sequence's own tokens; no model, any target of its vocabulary), or eagle / eagle3 "
-          "(a head reading the target's features; --model the head, --target the target)");
+          "(a head reading the target's features; --model the head, --target the target), or redrafter "
+          "(a recurrent head with beam search over the target's last hidden state; --model the head, "
+          "--target the target)");
 ABSL_FLAG(std::string, model, "",
           "Hugging Face model directory of the drafter, or a llama-family .gguf file; ngram: "
           "optional, a model (e.g. the target) whose vocabulary size to use");
 ABSL_FLAG(std::string, target, "",
-          "eagle, eagle3: the target's model directory (the head reads its embedding and LM "
+          "eagle, eagle3, redrafter: the target's model directory (the head reads its embedding and LM "
           "head; the worker must serve the same target)");
 ABSL_FLAG(int64_t, vocab_size, 0, "ngram: vocabulary size of the target (0: from --model)");
 ABSL_FLAG(int32_t, ngram_min, 1, "ngram: shortest suffix match that proposes children");
 ABSL_FLAG(int32_t, ngram_max, 8, "ngram: longest suffix matched");
+ABSL_FLAG(int32_t, beam_width, 3,
+          "redrafter: most beam-search candidates per draft (each request's tree shape caps it: "
+          "width <= shape nodes / length)");
+ABSL_FLAG(int32_t, beam_length, 4,
+          "redrafter: beam-search draft length (capped by each request's tree depth)");
 ABSL_FLAG(std::string, device, "cpu", "Backend: cpu, cpu:THREADS, cuda, cuda:N, cuda:N:bf16");
 ABSL_FLAG(int64_t, max_sequences, 64, "Most concurrently open sequences");
 ABSL_FLAG(int64_t, max_tree_nodes, 64, "Largest tree per sequence (root included)");
@@ -76,7 +84,10 @@ v1::DraftCostProfile StartupProfile(Drafter* drafter, const DrafterOptions& opti
       options.kind == "ngram"
           ? absl::StrCat("draft ngram vocab ", drafter->vocab_size(), " n ", options.ngram_min,
                          "-", options.ngram_max)
-          : absl::StrCat("draft ", options.kind, " ", ModelIdentity(options.model_dir));
+          : absl::StrCat("draft ", options.kind, " ", ModelIdentity(options.model_dir),
+                         options.kind == "redrafter"
+                             ? absl::StrCat(" beam ", options.beam_width, "x", options.beam_length)
+                             : std::string());
   const std::string device_key =
       absl::StrCat(absl::GetFlag(FLAGS_device), " ", backend->name(), " ",
                    DTypeName(backend->activation_dtype()), " threads ",
@@ -113,6 +124,8 @@ int Main() {
   options.vocab_size = absl::GetFlag(FLAGS_vocab_size);
   options.ngram_min = absl::GetFlag(FLAGS_ngram_min);
   options.ngram_max = absl::GetFlag(FLAGS_ngram_max);
+  options.beam_width = absl::GetFlag(FLAGS_beam_width);
+  options.beam_length = absl::GetFlag(FLAGS_beam_length);
   options.max_sequences = absl::GetFlag(FLAGS_max_sequences);
   options.max_tree_nodes = absl::GetFlag(FLAGS_max_tree_nodes);
   options.max_context = absl::GetFlag(FLAGS_max_context);
@@ -163,6 +176,8 @@ int main(int argc, char** argv) {
       "Serves a drafter model that proposes token trees.\n"
       "Usage: treespec-drafter --kind mamba|transformer --model DIR --listen HOST:PORT\n"
       "       treespec-drafter --kind eagle|eagle3 --model HEAD_DIR --target TARGET_DIR --listen HOST:PORT\n"
+      "       treespec-drafter --kind redrafter --model HEAD_DIR --target TARGET_DIR --listen HOST:PORT\n"
+      "                        [--beam-width 3 --beam-length 4]\n"
       "       treespec-drafter --kind ngram (--vocab-size N | --model DIR|FILE.gguf) --listen HOST:PORT");
   return treespec::Main();
 }

@@ -42,6 +42,7 @@ class EagleDrafter final : public TreeDrafter {
   std::string kind() const override { return options_.kind; }
   int64_t vocab_size() const override { return head_->info().vocab_size; }
   std::vector<int32_t> feature_layers() const override { return head_->info().target_layers; }
+  int64_t feature_width() const override { return head_->info().feature_width(); }
   ~EagleDrafter() override { StopPredraft(); }
 
  private:

@@ -52,10 +52,17 @@ bool SameRequest(const DraftSpec& a, const DraftSpec& b) {
 }  // namespace
 
 absl::Status DrafterOptions::Validate() const {
-  const bool eagle = kind == "eagle" || kind == "eagle3";
+  const bool eagle = kind == "eagle" || kind == "eagle3" || kind == "redrafter";
   if (kind != "mamba" && kind != "transformer" && kind != "ngram" && !eagle) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--kind '", kind, "' is not a drafter kind (mamba, transformer, ngram, eagle, eagle3)"));
+        "--kind '", kind,
+        "' is not a drafter kind (mamba, transformer, ngram, eagle, eagle3, redrafter)"));
+  }
+  if (kind == "redrafter" && (beam_width < 1 || beam_length < 1 || beam_width > 64 ||
+                              beam_length > kMaxShapeDepth)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--beam-width ", beam_width, " / --beam-length ", beam_length,
+        " must satisfy 1 <= width <= 64 and 1 <= length <= ", kMaxShapeDepth));
   }
   if (eagle && target_dir.empty()) {
     return absl::InvalidArgumentError(

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make demo`: starts a worker, the Mamba, transformer and EAGLE drafters and a
+# `make demo`: starts a worker, the Mamba, transformer, EAGLE and ReDrafter drafters and a
 # coordinator on loopback with the demo models, streams completions with their
 # acceptance statistics, and shuts everything down. Exits non-zero if any step
 # fails; never leaves processes behind.
@@ -58,6 +58,9 @@ if [ -f "$MODELS/target/config.json" ]; then
   # coordinator) and the target's embedding and LM head (--target).
   [ -f "$MODELS/eagle-head/config.json" ] && DRAFTERS+=("eagle:eagle:$MODELS/eagle-head")
   [ -f "$MODELS/eagle3-head/config.json" ] && DRAFTERS+=("eagle3:eagle3:$MODELS/eagle3-head")
+  # The ReDrafter head (beam search over the target's last hidden state) too.
+  [ -f "$MODELS/redrafter-head/config.json" ] && \
+    DRAFTERS+=("redrafter:redrafter:$MODELS/redrafter-head")
 else
   # Before the demo models exist: stories260K (converted from ../shared) as the
   # target and as its own drafter.
@@ -76,7 +79,7 @@ SPEC=""
 for d in "${DRAFTERS[@]}"; do
   IFS=: read -r name kind dir <<<"$d"
   EXTRA=()
-  case "$kind" in eagle|eagle3) EXTRA=(--target "$TARGET") ;; esac
+  case "$kind" in eagle|eagle3|redrafter) EXTRA=(--target "$TARGET") ;; esac
   start "drafter-$name" A "$BIN/treespec-drafter" --kind "$kind" --model "$dir" "${EXTRA[@]}" \
     --listen 127.0.0.1:0
   echo "drafter     $name ($kind) $A"

@@ -133,6 +133,8 @@ absl::StatusOr<std::unique_ptr<InProcessDrafter>> InProcessDrafter::Start(
   options.max_sequences = config.max_sequences;
   options.max_tree_nodes = config.max_tree_nodes;
   options.max_context = config.max_context;
+  options.beam_width = config.beam_width;
+  options.beam_length = config.beam_length;
   d->backend_ = CreateCpuBackend();
   TS_ASSIGN_OR_RETURN(d->drafter_, CreateDrafter(options, d->backend_.get()));
   d->service_ = std::make_unique<DrafterService>(d->drafter_.get(), config.model);

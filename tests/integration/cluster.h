@@ -96,7 +96,8 @@ class InProcessWorker {
 
 struct DrafterConfig {
   std::string kind = "mamba";  // "mamba" | "transformer" | "ngram" (model: for its vocabulary)
-                               // | "eagle" | "eagle3" (model: the head, target: its target)
+                               // | "eagle" | "eagle3" | "redrafter" (model: the head, target:
+                               // its target)
   std::string model = kMambaModel;
   int64_t max_sequences = 32;
   int64_t max_tree_nodes = 64;
@@ -104,7 +105,9 @@ struct DrafterConfig {
   // Profile the Draft call before serving (no cache) and report it in
   // DrafterInfo.draft_cost, as treespec-drafter does by default.
   bool startup_profile = false;
-  std::string target;  // eagle kinds: the target's model directory
+  std::string target;  // eagle kinds, redrafter: the target's model directory
+  int32_t beam_width = 3;   // redrafter
+  int32_t beam_length = 4;  // redrafter
 };
 
 class InProcessDrafter {

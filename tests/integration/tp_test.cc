@@ -402,14 +402,14 @@ TEST(TpTest, GreedySpeculativeEqualsPlainGreedy) {
   EXPECT_GT(self_alone.final_chunk.speculation().accepted_tokens(), kTokens / 2);
 }
 
-// EAGLE and EAGLE-3 heads read rank 0's hidden states (features after the
+// EAGLE, EAGLE-3 and ReDrafter heads read rank 0's hidden states (features after the
 // all-reduces, whole on every rank) at Open, prefilled in chunks of 3, and at
 // every Verify.
 TEST(TpTest, GreedyEagleSpeculativeEqualsPlainGreedy) {
   const std::string demo = ::treespec::testing::SourceDir() + "/models/demo/";
   auto group = Group::Start(2, 3, demo + "target");
   ASSERT_TRUE(group.ok()) << group.status();
-  const std::vector<std::string> kinds = {"eagle", "eagle3"};
+  const std::vector<std::string> kinds = {"eagle", "eagle3", "redrafter"};
   std::vector<std::unique_ptr<InProcessDrafter>> drafters;
   CoordinatorConfig cc;
   cc.workers = {(*group)->address};

@@ -519,11 +519,16 @@ TEST(DrafterKindTest, KindThatDoesNotMatchTheModelIsInvalidArgument) {
     EXPECT_THAT(d.status().message(), HasSubstr("--kind " + k.kind + " does not match"));
   }
   DrafterOptions o;
-  o.kind = "redrafter";
+  o.kind = "medusa";  // not a drafter kind
   o.model_dir = ModelDir("tiny_mamba");
   auto d = CreateDrafter(o, backend.get());
   EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(d.status().message(), HasSubstr("'redrafter'"));
+  EXPECT_THAT(d.status().message(), HasSubstr("'medusa'"));
+  // A ReDrafter head needs its target too.
+  o.kind = "redrafter";
+  d = CreateDrafter(o, backend.get());
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(d.status().message(), HasSubstr("--target"));
   // EAGLE heads need their target, and a head directory.
   o.kind = "eagle";
   d = CreateDrafter(o, backend.get());

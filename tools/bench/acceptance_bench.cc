@@ -6,7 +6,9 @@
 //
 //   build/bin/acceptance_bench [--target models/demo/target]
 //     [--drafters mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter,
-//                 eagle=models/demo/eagle-head,eagle3=models/demo/eagle3-head]
+//                 eagle=models/demo/eagle-head,eagle3=models/demo/eagle3-head,
+//                 redrafter=models/demo/redrafter-head]
+//     [--beam_width 3 --beam_length 4] (redrafter's beam, fitted to each tree shape)
 //     [--prompts models/demo/heldout_prompts.txt] [--trees "chain:4;3,2,2,1,1;3,3,2,1"]
 #include <cstdio>
 #include <fstream>
@@ -22,8 +24,11 @@
 
 ABSL_FLAG(std::string, target, "models/demo/target", "Target model directory");
 ABSL_FLAG(std::string, drafters, "mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter,"
-          "eagle=models/demo/eagle-head,eagle3=models/demo/eagle3-head",
+          "eagle=models/demo/eagle-head,eagle3=models/demo/eagle3-head,"
+          "redrafter=models/demo/redrafter-head",
           "KIND=DIR[,KIND=DIR...]");
+ABSL_FLAG(int32_t, beam_width, 3, "redrafter: beam width (drafter --beam_width)");
+ABSL_FLAG(int32_t, beam_length, 4, "redrafter: beam length (drafter --beam_length)");
 ABSL_FLAG(std::string, prompts, "models/demo/heldout_prompts.txt", "One prompt per line");
 ABSL_FLAG(int32_t, num_prompts, 50, "Prompts used (from the top of the file)");
 ABSL_FLAG(std::string, trees, "chain:4;3,2,2,1,1;3,3,2,1", "';'-separated tree shapes");
@@ -158,7 +163,9 @@ int Main() {
     DrafterOptions dopt;
     dopt.kind = p[0];
     dopt.model_dir = p[1];
-    dopt.target_dir = target;  // eagle kinds read the target's embedding and LM head
+    dopt.target_dir = target;  // eagle kinds, redrafter read the target's embedding and LM head
+    dopt.beam_width = absl::GetFlag(FLAGS_beam_width);
+    dopt.beam_length = absl::GetFlag(FLAGS_beam_length);
     dopt.max_sequences = 2;
     dopt.default_top_k = absl::GetFlag(FLAGS_top_k);
     auto drafter = CreateDrafter(dopt, backend->get());

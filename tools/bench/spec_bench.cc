@@ -11,8 +11,10 @@
 //
 //   build/bin/spec_bench [--target models/demo/target]
 //       [--drafters mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter,
-//                   eagle=models/demo/eagle-head,eagle3=models/demo/eagle3-head]
-//       (eagle kinds get --target TARGET: the head reads its embedding and LM head)
+//                   eagle=models/demo/eagle-head,eagle3=models/demo/eagle3-head,
+//                   redrafter=models/demo/redrafter-head]
+//       (eagle kinds and redrafter get --target TARGET: the head reads its embedding and LM
+//       head; redrafter's beam: e.g. redrafter=models/demo/redrafter-head|--beam_width=2)
 //       (a useless drafter: useless:transformer=build/useless-drafter, written by
 //       tools/models/randomize_weights.py; extra drafter flags after '|', e.g.
 //       nopre:mamba=models/demo/mamba-drafter|--predraft=0)
@@ -36,7 +38,8 @@
 
 ABSL_FLAG(std::string, target, "models/demo/target", "Target model directory");
 ABSL_FLAG(std::string, drafters, "mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter,"
-          "eagle=models/demo/eagle-head,eagle3=models/demo/eagle3-head",
+          "eagle=models/demo/eagle-head,eagle3=models/demo/eagle3-head,"
+          "redrafter=models/demo/redrafter-head",
           "[NAME:]KIND=DIR[|--flag=value ...][,...] (NAME defaults to KIND; flags after '|' "
           "go to that treespec-drafter)");
 ABSL_FLAG(std::string, trees, "auto;chain:4;3,2,2,1,1",
@@ -212,7 +215,7 @@ int Main() {
     const std::string name = nk[0];
     std::vector<std::string> args = {bin + "/treespec-drafter", "--kind", p[0], "--model", p[1],
                                      "--listen", "127.0.0.1:0", "--device", device};
-    if (p[0] == "eagle" || p[0] == "eagle3") {
+    if (p[0] == "eagle" || p[0] == "eagle3" || p[0] == "redrafter") {
       args.push_back("--target");  // the head reads the target's embedding and LM head
       args.push_back(absl::GetFlag(FLAGS_target));
     }
