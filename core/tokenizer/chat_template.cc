@@ -78,7 +78,12 @@ absl::StatusOr<std::optional<std::string>> ReadChatTemplate(const std::string& d
   const std::string path = dir + "/tokenizer_config.json";
   auto text = read(path);
   if (!text) return std::optional<std::string>();
-  nlohmann::json config = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  return ChatTemplateFromTokenizerConfig(*text, path);
+}
+
+absl::StatusOr<std::optional<std::string>> ChatTemplateFromTokenizerConfig(
+    const std::string& text, const std::string& path) {
+  nlohmann::json config = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (config.is_discarded() || !config.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
   }

@@ -101,4 +101,9 @@ namespace treespec {
 // has none; INVALID_ARGUMENT naming the file and field when it is malformed.
 absl::StatusOr<std::optional<std::string>> ReadChatTemplate(const std::string& dir);
 
+// The "chat_template" field of tokenizer_config.json `text` as ReadChatTemplate
+// takes it; `path` names the file in errors.
+absl::StatusOr<std::optional<std::string>> ChatTemplateFromTokenizerConfig(
+    const std::string& text, const std::string& path);
+
 }  // namespace treespec
