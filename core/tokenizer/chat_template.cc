@@ -13,6 +13,7 @@ using chat_template_internal::Program;
 
 absl::Status ChatTemplateLimits::Validate() const {
   if (max_nesting < 1) return absl::InvalidArgumentError(absl::StrCat("max_nesting must be >= 1, got ", max_nesting));
+  if (max_expression_height < 1) return absl::InvalidArgumentError(absl::StrCat("max_expression_height must be >= 1, got ", max_expression_height));
   if (max_output_bytes < 1) return absl::InvalidArgumentError(absl::StrCat("max_output_bytes must be >= 1, got ", max_output_bytes));
   if (max_loop_iterations < 0) return absl::InvalidArgumentError(absl::StrCat("max_loop_iterations must be >= 0, got ", max_loop_iterations));
   return absl::OkStatus();
@@ -36,7 +37,8 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Parse(absl::string_view source, ChatT
   if (!text.empty() && text.back() == '\n') text.pop_back();
   auto tokens = chat_template_internal::Lex(program->source);
   if (!tokens.ok()) return tokens.status();
-  auto body = chat_template_internal::ParseTokens(program->source, *tokens, limits.max_nesting);
+  auto body = chat_template_internal::ParseTokens(program->source, *tokens, limits.max_nesting,
+                                                       limits.max_expression_height);
   if (!body.ok()) return body.status();
   program->body = std::move(*body);
   return ChatTemplate(std::move(program));
