@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/tokenizer/chat_template_internal.h"
+#include "core/util/json_fields.h"
 
 namespace treespec {
 
@@ -104,7 +105,7 @@ absl::StatusOr<std::optional<std::string>> ChatTemplateFromTokenizerConfig(
   }
   return absl::InvalidArgumentError(absl::StrCat(
       path, ": \"chat_template\" must be a string or a list with a {\"name\": \"default\", "
-            "\"template\": ...} entry, got ", t.dump().substr(0, 80)));
+            "\"template\": ...} entry, got ", JsonExcerpt(t)));
 }
 
 }  // namespace treespec

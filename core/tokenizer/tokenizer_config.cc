@@ -32,7 +32,7 @@ absl::StatusOr<std::string> TokenString(const json& obj, const std::string& key,
     if (c != it->end() && c->is_string()) return c->get<std::string>();
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      file, ": field '", key, "' must be a string or {\"content\": string}, got ", it->dump()));
+      file, ": field '", key, "' must be a string or {\"content\": string}, got ", JsonExcerpt(*it)));
 }
 
 absl::StatusOr<std::optional<bool>> OptionalBool(const json& obj, const std::string& key,
@@ -41,7 +41,7 @@ absl::StatusOr<std::optional<bool>> OptionalBool(const json& obj, const std::str
   if (it == obj.end() || it->is_null()) return std::optional<bool>();
   if (!it->is_boolean()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(file, ": field '", key, "' must be true or false, got ", it->dump()));
+        absl::StrCat(file, ": field '", key, "' must be true or false, got ", JsonExcerpt(*it)));
   }
   return std::optional<bool>(it->get<bool>());
 }
@@ -61,7 +61,7 @@ absl::Status AppendIds(const json& obj, const std::string& key, const std::strin
     if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX) {
       return absl::InvalidArgumentError(absl::StrCat(
           file, ": field '", key, "' must be a non-negative integer or a list of them, got ",
-          it->dump()));
+          JsonExcerpt(*it)));
     }
     const int32_t id = static_cast<int32_t>(v.get<int64_t>());
     bool seen = false;
