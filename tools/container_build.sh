@@ -10,10 +10,12 @@
 #
 # demo: ghcr.io/treespec/treespec-demo:0.1.0 (CPU, models/demo baked in; the
 #       k8s cpu-demo overlay). cuda: ghcr.io/treespec/treespec-cuda:0.1.0
-#       (TREESPEC_CUDA=ON; needs BUILDER_IMAGE with nvcc and nccl.h; only the
-#       --help checks run, without a GPU).
+#       (TREESPEC_CUDA=ON; needs BUILDER_IMAGE with nvcc and nccl.h and
+#       BASE_IMAGE with the CUDA and NCCL runtime libraries, which are not
+#       Debian packages; only the --help checks run; untested so far).
 #
-# Environment: SKIP_BUILD=1 (smoke-test the image already built), STORAGE_DRIVER (default vfs, which needs no overlay mounts),
+# Environment: SKIP_BUILD=1 (smoke-test the image already built),
+# STORAGE_DRIVER (default vfs, which needs no overlay mounts),
 # ISOLATION (default chroot, which needs no user namespaces), JOBS,
 # BASE_IMAGE / BUILDER_IMAGE. When docker.io cannot be reached and no
 # BASE_IMAGE is given, a Debian 12 base is made locally with debootstrap from
@@ -25,12 +27,14 @@ export STORAGE_DRIVER=${STORAGE_DRIVER:-vfs}
 ISOLATION=${ISOLATION:-chroot}
 JOBS=${JOBS:-$(nproc)}
 case "$FLAVOR" in
-  demo) IMAGE=ghcr.io/treespec/treespec-demo:0.1.0; STAGE=demo; CUDA=OFF ;;
-  cuda) IMAGE=ghcr.io/treespec/treespec-cuda:0.1.0; STAGE=runtime; CUDA=ON ;;
+  demo) IMAGE=ghcr.io/treespec/treespec-demo:0.1.0; STAGE=demo; CUDA=OFF; UNPACKAGED=0 ;;
+  cuda) IMAGE=ghcr.io/treespec/treespec-cuda:0.1.0; STAGE=runtime; CUDA=ON; UNPACKAGED=1 ;;
   *) echo "usage: $0 [demo|cuda]" >&2; exit 2 ;;
 esac
 if [ "$(id -u)" != 0 ]; then
-  echo "$0 runs buildah as root (chroot isolation, vfs storage, debootstrap)" >&2
+  # buildah with chroot isolation and vfs storage, and debootstrap, run as root.
+  if command -v sudo >/dev/null; then exec sudo -E bash "$PWD/tools/container_build.sh" "$@"; fi
+  echo "$0 needs root (buildah with chroot isolation, debootstrap)" >&2
   exit 1
 fi
 if ! command -v buildah >/dev/null; then
@@ -79,7 +83,8 @@ else
   echo "base image: $BASE, builder image: $BUILDER" >&2
   buildah bud --isolation "$ISOLATION" --layers=false --target "$STAGE" \
     --build-arg BASE_IMAGE="$BASE" --build-arg BUILDER_IMAGE="$BUILDER" \
-    --build-arg TREESPEC_CUDA="$CUDA" --build-arg JOBS="$JOBS" \
+    --build-arg TREESPEC_CUDA="$CUDA" --build-arg ALLOW_UNPACKAGED="$UNPACKAGED" \
+    --build-arg JOBS="$JOBS" \
     -f Containerfile -t "$IMAGE" .
 fi
 built=$(date +%s)
