@@ -41,10 +41,15 @@ for t in "${targets[@]}"; do
   log="$BUILD/artifacts/$t.log"
   if [ ! -d "$seeds" ]; then echo "no seed corpus $seeds" >&2; exit 1; fi
   mkdir -p "$work"
+  dict=()
+  case "$t" in
+    model_config|tokenizer_json|tokenizer_config|openai_request) dict=(-dict=tests/fuzz/json.dict) ;;
+    chat_template) dict=(-dict=tests/fuzz/chat_template.dict) ;;
+  esac
   echo "== $t: ${SECONDS_PER_TARGET}s"
   t0=$(date +%s)
   if "$BUILD/bin/${t}_fuzz" -max_total_time="$SECONDS_PER_TARGET" -timeout=10 \
-      -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1 \
+      -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1 "${dict[@]}" \
       -artifact_prefix="$BUILD/artifacts/$t-" "$work" "$seeds" >"$log" 2>&1; then
     status=ok
   else
