@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 
-.PHONY: all deps configure build test test-all demo demo-models goldens clean
+.PHONY: all deps configure build test test-all fuzz demo demo-models goldens clean
 
 all: build
 
@@ -25,6 +25,12 @@ build: configure
 # themselves when it is absent, GPU tests when there is no GPU.
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS) --timeout 600 $(CTEST_FLAGS)
+
+# libFuzzer targets of the parsers (clang, ASan + UBSan, own build dir
+# build-fuzz/), FUZZ_SECONDS each; see tools/fuzz.sh.
+FUZZ_SECONDS ?= 60
+fuzz:
+	JOBS=$(JOBS) bash tools/fuzz.sh $(FUZZ_SECONDS)
 
 demo: build
 	bash tools/demo.sh $(BUILD)

@@ -5,6 +5,7 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "core/util/json_fields.h"
 #include "core/util/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -14,10 +15,8 @@ namespace {
 using Json = nlohmann::json;
 constexpr char kParamPayload[] = "treespec.dev/openai-param";
 
-std::string Show(const Json& v) {
-  std::string s = v.dump(-1, ' ', false, Json::error_handler_t::replace);
-  return s.size() > 80 ? s.substr(0, 77) + "..." : s;
-}
+// Bounded in depth and length: a body may nest 100000 levels deep.
+std::string Show(const Json& v) { return JsonExcerpt(v, 80); }
 
 absl::Status Type(absl::string_view param, absl::string_view expected, const Json& v) {
   return InvalidParam(param, absl::StrCat("'", param, "' must be ", expected, ", got ", Show(v)));
@@ -318,7 +317,9 @@ absl::StatusOr<OpenAiRequest> ParseChatRequest(absl::string_view text) {
                           absl::StrCat("'", where, ".role' must be system, developer, user, "
                                        "assistant or tool, got \"", out.role, "\""));
     }
-    const Json content = m.contains("content") ? m["content"] : Json();
+    static const Json kAbsent;
+    // A reference: copying a JSON value recurses once per nesting level.
+    const Json& content = m.contains("content") ? m["content"] : kAbsent;
     if (content.is_string()) {
       out.content = content.get<std::string>();
     } else if (content.is_array()) {

@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # Installs the Debian packages treespec builds and tests with; idempotent: only
 # missing packages are installed. Run as root or with sudo available.
+#   tools/install_deps.sh        the packages of the normal build and tests
+#   tools/install_deps.sh fuzz   those plus clang and its libFuzzer runtime (tools/fuzz.sh)
 set -euo pipefail
 PKGS="build-essential cmake ninja-build pkg-config ccache
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
       libgloo-dev libsentencepiece-dev libicu-dev nlohmann-json3-dev
       libcpp-httplib-dev libssl-dev libboost-dev python3-yaml libgtest-dev libgmock-dev libbenchmark-dev"
+if [ "${1:-}" = fuzz ]; then
+  # clang-14 only recommends the sanitizer and libFuzzer runtimes (libclang_rt.*).
+  PKGS="$PKGS clang libclang-rt-14-dev"
+fi
 missing=""
 for p in $PKGS; do
   if ! dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q '^install ok installed'; then

@@ -54,11 +54,10 @@ absl::Status ParseRope(const JsonFields& f, const nlohmann::json& j, LlamaConfig
   const bool has_new = f.Has("rope_parameters"), has_old = f.Has("rope_scaling");
   // transformers prefers rope_scaling when both are present.
   const char* key = has_old ? "rope_scaling" : "rope_parameters";
-  nlohmann::json rp = nlohmann::json::object();
-  if (has_old || has_new) {
-    rp = j[key];
-    if (!rp.is_object()) return f.Error(key, "must be an object");
-  }
+  // A reference, not a copy: copying a JSON value recurses once per nesting level.
+  static const nlohmann::json kNone = nlohmann::json::object();
+  const nlohmann::json& rp = has_old || has_new ? j[key] : kNone;
+  if (!rp.is_object()) return f.Error(key, "must be an object");
   for (const auto& [k, v] : rp.items()) {
     if (v.is_object()) {
       return absl::UnimplementedError(absl::StrCat(
@@ -183,7 +182,7 @@ absl::Status ParseBiasesAndWindow(const JsonFields& f, const nlohmann::json& j,
       for (int64_t i = 0; i < c->num_layers; ++i) {
         std::string t = lt[i].is_string() ? lt[i].get<std::string>() : "";
         if (t != "full_attention" && t != "sliding_attention") {
-          return f.Error("layer_types", absl::StrCat("entry ", i, " is ", lt[i].dump()));
+          return f.Error("layer_types", absl::StrCat("entry ", i, " is ", JsonExcerpt(lt[i])));
         }
         sliding[i] = t == "sliding_attention";
       }
@@ -300,7 +299,7 @@ absl::Status ReadTokenIds(const nlohmann::json& j, const std::string& key,
     }
   } else {
     return absl::InvalidArgumentError(
-        absl::StrCat(path, ": field '", key, "' must be an integer or a list, got ", v.dump()));
+        absl::StrCat(path, ": field '", key, "' must be an integer or a list, got ", JsonExcerpt(v)));
   }
   return absl::OkStatus();
 }

@@ -52,7 +52,7 @@ absl::StatusOr<EagleHeadInfo> ParseHeadConfig(const std::string& head_dir,
     if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= target.num_layers) {
       return f.Error(
           "eagle_target_layers",
-          absl::StrCat("holds ", v.dump(), ", not a layer of the target's ", target.num_layers));
+          absl::StrCat("holds ", JsonExcerpt(v), ", not a layer of the target's ", target.num_layers));
     }
     info.target_layers.push_back(static_cast<int32_t>(v.get<int64_t>()));
   }

@@ -22,12 +22,19 @@ absl::StatusOr<DType> ParseSafetensorsDType(const std::string& s) {
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   TS_ASSIGN_OR_RETURN(std::shared_ptr<MappedFile> file, MappedFile::Open(path));
+  const uint8_t* data = file->data();
   const size_t size = file->size();
+  return Parse(std::move(file), data, size, path);
+}
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(std::shared_ptr<const void> owner,
+                                                       const uint8_t* bytes, size_t size,
+                                                       const std::string& path) {
   if (size < 8) {
     return absl::DataLossError(absl::StrCat(path, ": truncated (", size, " bytes, no header)"));
   }
   uint64_t header_len;
-  std::memcpy(&header_len, file->data(), 8);
+  std::memcpy(&header_len, bytes, 8);
   if (header_len > kMaxSafetensorsHeader) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": JSON header of ", header_len,
                                                    " bytes exceeds the limit of ",
@@ -37,12 +44,12 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     return absl::DataLossError(absl::StrCat(path, ": truncated header (needs ", header_len,
                                             " bytes, file has ", size - 8, ")"));
   }
-  std::string header(reinterpret_cast<const char*>(file->data() + 8), header_len);
+  std::string header(reinterpret_cast<const char*>(bytes + 8), header_len);
   nlohmann::json j = nlohmann::json::parse(header, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": corrupt JSON header"));
   }
-  const uint8_t* data_start = file->data() + 8 + header_len;
+  const uint8_t* data_start = bytes + 8 + header_len;
   const size_t data_size = size - 8 - header_len;
   SafetensorsFile out;
   out.path_ = path;
@@ -62,7 +69,7 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
     TensorInfo info;
     info.name = name;
     info.file = path;
-    info.mapping = file;
+    info.mapping = owner;
     auto dtype = ParseSafetensorsDType(v["dtype"].get<std::string>());
     if (!dtype.ok()) return err(std::string(dtype.status().message()));
     info.dtype = *dtype;

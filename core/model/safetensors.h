@@ -41,6 +41,11 @@ inline constexpr uint64_t kMaxSafetensorsHeader = 100ull << 20;
 class SafetensorsFile {
  public:
   static absl::StatusOr<SafetensorsFile> Open(const std::string& path);
+  // Parses an in-memory image of `size` bytes that `owner` keeps alive (the
+  // tensors share it); `path` names it in errors.
+  static absl::StatusOr<SafetensorsFile> Parse(std::shared_ptr<const void> owner,
+                                               const uint8_t* bytes, size_t size,
+                                               const std::string& path);
   const std::map<std::string, TensorInfo>& tensors() const { return tensors_; }
   const std::string& path() const { return path_; }
 

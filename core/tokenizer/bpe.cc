@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "core/tokenizer/utf8.h"
+#include "core/util/json_fields.h"
 
 namespace treespec {
 namespace {
@@ -39,7 +40,7 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& model,
         it.value().get<int64_t>() >= kMaxTokenId) {
       return FieldError(file, absl::StrCat("model.vocab[\"", it.key(), "\"]"),
                         absl::StrCat("must be an id in [0, ", kMaxTokenId, "), got ",
-                                     it.value().dump()));
+                                     JsonExcerpt(it.value())));
     }
     const int64_t id = it.value().get<int64_t>();
     m->vocab_[it.key()] = static_cast<int32_t>(id);
@@ -62,14 +63,14 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& model,
     auto it = model.find(key);
     if (it != model.end() && !it->is_null() && !(it->is_string() && it->get<std::string>().empty())) {
       return absl::UnimplementedError(
-          absl::StrCat(file, ": field 'model.", key, "' = ", it->dump(), " is not supported"));
+          absl::StrCat(file, ": field 'model.", key, "' = ", JsonExcerpt(*it), " is not supported"));
     }
   }
   auto dropout = model.find("dropout");
   if (dropout != model.end() && !dropout->is_null() &&
       !(dropout->is_number() && dropout->get<double>() == 0.0)) {
     return absl::UnimplementedError(
-        absl::StrCat(file, ": field 'model.dropout' = ", dropout->dump(), " is not supported"));
+        absl::StrCat(file, ": field 'model.dropout' = ", JsonExcerpt(*dropout), " is not supported"));
   }
   auto unk = model.find("unk_token");
   if (unk != model.end() && !unk->is_null()) {
@@ -97,7 +98,7 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& model,
       const std::string s = merge.get<std::string>();
       const size_t space = s.find(' ');
       if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
-        return FieldError(file, field, absl::StrCat("must be \"left right\", got ", merge.dump()));
+        return FieldError(file, field, absl::StrCat("must be \"left right\", got ", JsonExcerpt(merge)));
       }
       left = s.substr(0, space);
       right = s.substr(space + 1);
@@ -107,7 +108,7 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& model,
       right = merge[1].get<std::string>();
     } else {
       return FieldError(file, field, absl::StrCat("must be \"left right\" or [left, right], got ",
-                                                  merge.dump()));
+                                                  JsonExcerpt(merge)));
     }
     const int32_t a = m->TokenToId(left);
     const int32_t b = m->TokenToId(right);

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/tokenizer/chat_template_internal.h"
+#include "core/util/json_fields.h"
 
 namespace treespec {
 
@@ -13,6 +14,7 @@ using chat_template_internal::Program;
 
 absl::Status ChatTemplateLimits::Validate() const {
   if (max_nesting < 1) return absl::InvalidArgumentError(absl::StrCat("max_nesting must be >= 1, got ", max_nesting));
+  if (max_expression_height < 1) return absl::InvalidArgumentError(absl::StrCat("max_expression_height must be >= 1, got ", max_expression_height));
   if (max_output_bytes < 1) return absl::InvalidArgumentError(absl::StrCat("max_output_bytes must be >= 1, got ", max_output_bytes));
   if (max_loop_iterations < 0) return absl::InvalidArgumentError(absl::StrCat("max_loop_iterations must be >= 0, got ", max_loop_iterations));
   return absl::OkStatus();
@@ -36,7 +38,8 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Parse(absl::string_view source, ChatT
   if (!text.empty() && text.back() == '\n') text.pop_back();
   auto tokens = chat_template_internal::Lex(program->source);
   if (!tokens.ok()) return tokens.status();
-  auto body = chat_template_internal::ParseTokens(program->source, *tokens, limits.max_nesting);
+  auto body = chat_template_internal::ParseTokens(program->source, *tokens, limits.max_nesting,
+                                                       limits.max_expression_height);
   if (!body.ok()) return body.status();
   program->body = std::move(*body);
   return ChatTemplate(std::move(program));
@@ -78,7 +81,12 @@ absl::StatusOr<std::optional<std::string>> ReadChatTemplate(const std::string& d
   const std::string path = dir + "/tokenizer_config.json";
   auto text = read(path);
   if (!text) return std::optional<std::string>();
-  nlohmann::json config = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  return ChatTemplateFromTokenizerConfig(*text, path);
+}
+
+absl::StatusOr<std::optional<std::string>> ChatTemplateFromTokenizerConfig(
+    const std::string& text, const std::string& path) {
+  nlohmann::json config = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (config.is_discarded() || !config.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
   }
@@ -97,7 +105,7 @@ absl::StatusOr<std::optional<std::string>> ReadChatTemplate(const std::string& d
   }
   return absl::InvalidArgumentError(absl::StrCat(
       path, ": \"chat_template\" must be a string or a list with a {\"name\": \"default\", "
-            "\"template\": ...} entry, got ", t.dump().substr(0, 80)));
+            "\"template\": ...} entry, got ", JsonExcerpt(t)));
 }
 
 }  // namespace treespec

@@ -50,6 +50,10 @@ struct Program;
 // Bounds that keep a hostile or buggy template from exhausting the server.
 struct ChatTemplateLimits {
   int max_nesting = 64;                    // nested expressions / blocks while parsing
+  // Levels of one expression's tree: operator chains (`a + b + ...`, `x.a.b`,
+  // `x | f | g`) add a level per operator without nesting, and rendering
+  // recurses once per level.
+  int max_expression_height = 128;
   int64_t max_output_bytes = 8 << 20;      // rendered text, including intermediate strings
   int64_t max_loop_iterations = 1 << 20;   // all loop bodies of one render, together
   absl::Status Validate() const;
@@ -100,5 +104,10 @@ namespace treespec {
 // {"name", "template"} from which "default" is taken). nullopt when the model
 // has none; INVALID_ARGUMENT naming the file and field when it is malformed.
 absl::StatusOr<std::optional<std::string>> ReadChatTemplate(const std::string& dir);
+
+// The "chat_template" field of tokenizer_config.json `text` as ReadChatTemplate
+// takes it; `path` names the file in errors.
+absl::StatusOr<std::optional<std::string>> ChatTemplateFromTokenizerConfig(
+    const std::string& text, const std::string& path);
 
 }  // namespace treespec

@@ -1,6 +1,7 @@
 // Expressions, with Jinja's grammar and operator precedence (loosest first):
 // `a if c else b`, or, and, not, comparisons and in, + -, ~, * / // %, **,
 // unary - +, then postfix .attr [i] [a:b] (call), | filter and `is` test.
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -29,6 +30,7 @@ class ExprParser : public TokenCursor {
       CT_ASSIGN_OR_RETURN(e, ParseExpression());
       list->args.push_back(std::move(e));
     }
+    if (auto s = Seal(*list); !s.ok()) return s;
     return list;
   }
 
@@ -45,6 +47,26 @@ class ExprParser : public TokenCursor {
     e->args.push_back(std::move(a));
     e->args.push_back(std::move(b));
     return e;
+  }
+
+  // Sets e.height from its (complete) children and refuses a tree taller than
+  // max_height_. DepthGuard bounds recursion while parsing, but a left-leaning
+  // chain (`a + a + ...`, `x.a.a...`, `x|f|f...`) is parsed by a loop and grows
+  // one level per operator; rendering and destroying it recurse per level.
+  absl::Status Seal(Expr& e) const {
+    int below = 0;
+    for (const ExprPtr& a : e.args) {
+      if (a) below = std::max(below, a->height);
+    }
+    for (const auto& [key, value] : e.kwargs) {
+      if (value) below = std::max(below, value->height);
+    }
+    e.height = below + 1;
+    if (e.height > max_height_) {
+      return src_.Error(e.pos, absl::StrCat("expression nested deeper than ", max_height_,
+                                            " levels (operators, filters, attributes)"));
+    }
+    return absl::OkStatus();
   }
 
   absl::StatusOr<ExprPtr> ParseExpression() {
@@ -65,6 +87,7 @@ class ExprParser : public TokenCursor {
       c->args.push_back(std::move(expr));
       c->args.push_back(std::move(cond));
       c->args.push_back(std::move(otherwise));
+      if (auto s = Seal(*c); !s.ok()) return s;
       expr = std::move(c);
     }
     return expr;
@@ -77,6 +100,7 @@ class ExprParser : public TokenCursor {
       ++i_;
       CT_ASSIGN_OR_RETURN(right, ParseAnd());
       left = Binary(ExprKind::kOr, "or", std::move(left), std::move(right), pos);
+      if (auto s = Seal(*left); !s.ok()) return s;
     }
     return left;
   }
@@ -88,6 +112,7 @@ class ExprParser : public TokenCursor {
       ++i_;
       CT_ASSIGN_OR_RETURN(right, ParseNot());
       left = Binary(ExprKind::kAnd, "and", std::move(left), std::move(right), pos);
+      if (auto s = Seal(*left); !s.ok()) return s;
     }
     return left;
   }
@@ -100,6 +125,7 @@ class ExprParser : public TokenCursor {
       ++i_;
       CT_ASSIGN_OR_RETURN(arg, ParseNot());
       e->args.push_back(std::move(arg));
+      if (auto s = Seal(*e); !s.ok()) return s;
       return e;
     }
     return ParseCompare();
@@ -125,6 +151,7 @@ class ExprParser : public TokenCursor {
       }
       CT_ASSIGN_OR_RETURN(right, ParseMath1());
       left = Binary(ExprKind::kBinary, op, std::move(left), std::move(right), pos);
+      if (auto s = Seal(*left); !s.ok()) return s;
     }
   }
 
@@ -135,6 +162,7 @@ class ExprParser : public TokenCursor {
       std::string op = toks_[i_++].text;
       CT_ASSIGN_OR_RETURN(right, ParseConcat());
       left = Binary(ExprKind::kBinary, op, std::move(left), std::move(right), pos);
+      if (auto s = Seal(*left); !s.ok()) return s;
     }
     return left;
   }
@@ -146,6 +174,7 @@ class ExprParser : public TokenCursor {
       ++i_;
       CT_ASSIGN_OR_RETURN(right, ParseMath2());
       left = Binary(ExprKind::kBinary, "~", std::move(left), std::move(right), pos);
+      if (auto s = Seal(*left); !s.ok()) return s;
     }
     return left;
   }
@@ -157,6 +186,7 @@ class ExprParser : public TokenCursor {
       std::string op = toks_[i_++].text;
       CT_ASSIGN_OR_RETURN(right, ParsePow());
       left = Binary(ExprKind::kBinary, op, std::move(left), std::move(right), pos);
+      if (auto s = Seal(*left); !s.ok()) return s;
     }
     return left;
   }
@@ -168,6 +198,7 @@ class ExprParser : public TokenCursor {
       ++i_;
       CT_ASSIGN_OR_RETURN(right, ParseUnary(true));
       left = Binary(ExprKind::kBinary, "**", std::move(left), std::move(right), pos);
+      if (auto s = Seal(*left); !s.ok()) return s;
     }
     return left;
   }
@@ -181,6 +212,7 @@ class ExprParser : public TokenCursor {
       ++i_;
       CT_ASSIGN_OR_RETURN(arg, ParseUnary(false));
       node->args.push_back(std::move(arg));
+      if (auto s = Seal(*node); !s.ok()) return s;
     } else {
       CT_ASSIGN_OR_RETURN(primary, ParsePrimary());
       node = std::move(primary);
@@ -256,6 +288,7 @@ class ExprParser : public TokenCursor {
             }
           }
           ++i_;
+          if (auto s = Seal(*e); !s.ok()) return s;
           return e;
         }
         break;
@@ -279,12 +312,14 @@ class ExprParser : public TokenCursor {
           ++i_;
           item->args.push_back(std::move(node));
           item->args.push_back(std::move(index));
+          if (auto s = Seal(*item); !s.ok()) return s;
           node = std::move(item);
           continue;
         }
         CT_ASSIGN_OR_RETURN(name, ExpectName("an attribute name after '.'"));
         auto attr = MakeExpr(ExprKind::kAttr, pos, name);
         attr->args.push_back(std::move(node));
+        if (auto s = Seal(*attr); !s.ok()) return s;
         node = std::move(attr);
       } else if (IsOp("[")) {
         ++i_;
@@ -317,11 +352,14 @@ class ExprParser : public TokenCursor {
     if (auto s = ExpectOp("]"); !s.ok()) return s;
     if (num_colons == 0) {
       if (!parts[0]) return src_.Error(pos, "empty subscript '[]'");
-      return Binary(ExprKind::kItem, "", std::move(node), std::move(parts[0]), pos);
+      ExprPtr item = Binary(ExprKind::kItem, "", std::move(node), std::move(parts[0]), pos);
+      if (auto s = Seal(*item); !s.ok()) return s;
+      return item;
     }
     auto slice = MakeExpr(ExprKind::kSlice, pos);
     slice->args.push_back(std::move(node));
     for (auto& p : parts) slice->args.push_back(std::move(p));
+    if (auto s = Seal(*slice); !s.ok()) return s;
     return slice;
   }
 
@@ -354,6 +392,7 @@ class ExprParser : public TokenCursor {
     auto call = MakeExpr(ExprKind::kCall, callee->pos);
     call->args.push_back(std::move(callee));
     if (auto s = ParseArgs(call.get()); !s.ok()) return s;
+    if (auto s = Seal(*call); !s.ok()) return s;
     return call;
   }
 
@@ -368,6 +407,7 @@ class ExprParser : public TokenCursor {
         if (IsOp("(")) {
           if (auto s = ParseArgs(f.get()); !s.ok()) return s;
         }
+        if (auto s = Seal(*f); !s.ok()) return s;
         node = std::move(f);
       } else if (IsName("is")) {
         ++i_;
@@ -390,6 +430,7 @@ class ExprParser : public TokenCursor {
           CT_ASSIGN_OR_RETURN(post, ParsePostfix(std::move(arg)));
           t->args.push_back(std::move(post));
         }
+        if (auto s = Seal(*t); !s.ok()) return s;
         node = std::move(t);
       } else if (IsOp("(")) {
         CT_ASSIGN_OR_RETURN(call, ParseCall(std::move(node), pos));

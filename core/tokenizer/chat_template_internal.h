@@ -69,6 +69,7 @@ struct Expr {
   bool negate = false;
   std::vector<std::unique_ptr<Expr>> args;
   std::vector<std::pair<std::string, std::unique_ptr<Expr>>> kwargs;
+  int height = 1;  // levels of this tree (a leaf is 1), at most max_expression_height
 };
 
 enum class NodeKind { kText, kOutput, kFor, kIf, kSet, kSetAttr, kBreak, kContinue };
@@ -99,7 +100,7 @@ absl::StatusOr<std::string> RenderProgram(const Program& program, const Value& c
 
 absl::StatusOr<std::vector<Node>> ParseTokens(const Source& source,
                                               const std::vector<Token>& tokens,
-                                              int max_nesting);
+                                              int max_nesting, int max_expression_height);
 
 // ---- Values (chat_template_value.cc) ----
 bool Truthy(const Value& v);

@@ -171,8 +171,8 @@ class Parser : public TokenCursor {
 
 absl::StatusOr<std::vector<Node>> ParseTokens(const Source& source,
                                               const std::vector<Token>& tokens,
-                                              int max_nesting) {
-  return Parser(source, tokens, max_nesting).Run();
+                                              int max_nesting, int max_expression_height) {
+  return Parser(source, tokens, max_nesting, max_expression_height).Run();
 }
 
 }  // namespace treespec::chat_template_internal

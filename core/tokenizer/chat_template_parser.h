@@ -22,8 +22,10 @@ using ExprPtr = std::unique_ptr<Expr>;
 
 class TokenCursor {
  public:
-  TokenCursor(const Source& source, const std::vector<Token>& tokens, int max_nesting)
-      : src_(source), toks_(tokens), max_nesting_(max_nesting) {}
+  TokenCursor(const Source& source, const std::vector<Token>& tokens, int max_nesting,
+              int max_expression_height)
+      : src_(source), toks_(tokens), max_nesting_(max_nesting),
+        max_height_(max_expression_height) {}
 
   const Token& Cur() const { return toks_[i_]; }
   const Token& Peek(size_t k = 1) const { return toks_[std::min(i_ + k, toks_.size() - 1)]; }
@@ -68,6 +70,7 @@ class TokenCursor {
   const Source& src_;
   const std::vector<Token>& toks_;
   int max_nesting_;
+  int max_height_;
   size_t i_ = 0;
   int depth_ = 0;
 };

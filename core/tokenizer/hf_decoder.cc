@@ -16,6 +16,17 @@ absl::Status FieldError(const std::string& file, const std::string& field,
   return absl::InvalidArgumentError(absl::StrCat(file, ": field '", field, "' ", what));
 }
 
+// spec[key], or `fallback` when absent. A reference: json::value() returns a
+// copy, and copying recurses once per nesting level of a hostile document.
+const json& Member(const json& spec, const char* key, const json& fallback) {
+  auto it = spec.find(key);
+  return it == spec.end() ? fallback : *it;
+}
+const json kNullJson;
+const json kZeroJson = 0;
+const json kTrueJson = true;
+const json kMetaspaceJson = "\xE2\x96\x81";
+
 }  // namespace
 
 // Compiles the decoder chain into DecodeRules. Supported chains: per-token
@@ -67,17 +78,17 @@ absl::Status BuildHfDecodeRules(const json& decoder, const std::string& file,
     const std::string type = (*spec)["type"].get<std::string>();
     const bool per_token = !byte_fallback && !byte_level && !fused;
     if (type == "Replace") {
-      const json& p = spec->value("pattern", json());
+      const json& p = Member(*spec, "pattern", kNullJson);
       if (!p.is_object() || !p.contains("String") || !p["String"].is_string() ||
-          p["String"].get<std::string>().empty() || !spec->value("content", json()).is_string()) {
+          p["String"].get<std::string>().empty() || !Member(*spec, "content", kNullJson).is_string()) {
         return unsupported(field, "only Replace with a non-empty {\"String\": ...} pattern is supported");
       }
       if (!per_token) return unsupported(field, "Replace after ByteFallback/ByteLevel/Fuse");
       ops.push_back({"Replace", p["String"].get<std::string>(), (*spec)["content"].get<std::string>()});
     } else if (type == "Strip") {
-      const json content = spec->value("content", json());
-      const json start = spec->value("start", json(0));
-      const json stop = spec->value("stop", json(0));
+      const json& content = Member(*spec, "content", kNullJson);
+      const json& start = Member(*spec, "start", kZeroJson);
+      const json& stop = Member(*spec, "stop", kZeroJson);
       if (!content.is_string() || one_char(content.get<std::string>()) == 0 ||
           !start.is_number_unsigned() || !stop.is_number_unsigned()) {
         return FieldError(file, field, "must have a one-character content and counts start/stop");
@@ -97,16 +108,16 @@ absl::Status BuildHfDecodeRules(const json& decoder, const std::string& file,
       }
     } else if (type == "Metaspace") {
       if (!per_token) return unsupported(field, "Metaspace after ByteFallback/ByteLevel/Fuse");
-      const json rep = spec->value("replacement", json("\xE2\x96\x81"));
+      const json& rep = Member(*spec, "replacement", kMetaspaceJson);
       if (!rep.is_string() || one_char(rep.get<std::string>()) == 0) {
         return FieldError(file, field + ".replacement", "must be one character");
       }
       TokenOp op{"Metaspace", rep.get<std::string>(), ""};
-      const json scheme = spec->value("prepend_scheme", json());
+      const json& scheme = Member(*spec, "prepend_scheme", kNullJson);
       if (scheme.is_string()) {
         op.strip_first = scheme.get<std::string>() != "never";
       } else {
-        op.strip_first = spec->value("add_prefix_space", json(true)) == json(true);
+        op.strip_first = Member(*spec, "add_prefix_space", kTrueJson) == kTrueJson;
       }
       metaspace = true;
       ops.push_back(op);

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/tokenizer/utf8.h"
+#include "core/util/json_fields.h"
 
 namespace treespec {
 namespace {
@@ -366,7 +367,7 @@ absl::Status PreTokenizer::Parse(const json& spec, const std::string& file,
       return FieldError(file, field + ".behavior",
                         absl::StrCat("must be one of Removed, Isolated, MergedWithPrevious, "
                                      "MergedWithNext, Contiguous; got ",
-                                     behavior == spec.end() ? "nothing" : behavior->dump()));
+                                     behavior == spec.end() ? "nothing" : JsonExcerpt(*behavior)));
     }
   } else if (type == "Digits") {
     step.kind = Step::Kind::kDigits;

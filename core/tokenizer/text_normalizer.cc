@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "core/tokenizer/utf8.h"
+#include "core/util/json_fields.h"
 
 namespace treespec {
 namespace {
@@ -103,7 +104,7 @@ absl::Status TextNormalizer::Parse(const json& spec, const std::string& file,
         !(*p)["String"].is_string()) {
       return absl::UnimplementedError(absl::StrCat(
           file, ": field '", field, ".pattern' = ",
-          p == spec.end() ? std::string("null") : p->dump(),
+          p == spec.end() ? std::string("null") : JsonExcerpt(*p),
           " is not supported (only {\"String\": ...} patterns)"));
     }
     step.a = (*p)["String"].get<std::string>();

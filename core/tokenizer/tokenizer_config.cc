@@ -32,7 +32,7 @@ absl::StatusOr<std::string> TokenString(const json& obj, const std::string& key,
     if (c != it->end() && c->is_string()) return c->get<std::string>();
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      file, ": field '", key, "' must be a string or {\"content\": string}, got ", it->dump()));
+      file, ": field '", key, "' must be a string or {\"content\": string}, got ", JsonExcerpt(*it)));
 }
 
 absl::StatusOr<std::optional<bool>> OptionalBool(const json& obj, const std::string& key,
@@ -41,7 +41,7 @@ absl::StatusOr<std::optional<bool>> OptionalBool(const json& obj, const std::str
   if (it == obj.end() || it->is_null()) return std::optional<bool>();
   if (!it->is_boolean()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(file, ": field '", key, "' must be true or false, got ", it->dump()));
+        absl::StrCat(file, ": field '", key, "' must be true or false, got ", JsonExcerpt(*it)));
   }
   return std::optional<bool>(it->get<bool>());
 }
@@ -61,7 +61,7 @@ absl::Status AppendIds(const json& obj, const std::string& key, const std::strin
     if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX) {
       return absl::InvalidArgumentError(absl::StrCat(
           file, ": field '", key, "' must be a non-negative integer or a list of them, got ",
-          it->dump()));
+          JsonExcerpt(*it)));
     }
     const int32_t id = static_cast<int32_t>(v.get<int64_t>());
     bool seen = false;
@@ -73,20 +73,28 @@ absl::Status AppendIds(const json& obj, const std::string& key, const std::strin
 
 }  // namespace
 
+absl::Status ParseTokenizerConfigJson(const std::string& text, const std::string& path,
+                                      TokenizerConfig* cfg) {
+  TS_ASSIGN_OR_RETURN(json tc, ParseJson(text, path));
+  if (!tc.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
+  TS_ASSIGN_OR_RETURN(cfg->add_bos_token, OptionalBool(tc, "add_bos_token", path));
+  TS_ASSIGN_OR_RETURN(cfg->add_eos_token, OptionalBool(tc, "add_eos_token", path));
+  TS_ASSIGN_OR_RETURN(cfg->bos_token, TokenString(tc, "bos_token", path));
+  TS_ASSIGN_OR_RETURN(cfg->eos_token, TokenString(tc, "eos_token", path));
+  TS_ASSIGN_OR_RETURN(std::optional<bool> clean,
+                      OptionalBool(tc, "clean_up_tokenization_spaces", path));
+  cfg->clean_up_tokenization_spaces = clean.value_or(false);
+  auto it = tc.find("tokenizer_class");
+  if (it != tc.end() && it->is_string()) cfg->tokenizer_class = it->get<std::string>();
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TokenizerConfig> ReadTokenizerConfig(const std::string& dir) {
   TokenizerConfig cfg;
   const std::string tc_file = absl::StrCat(dir, "/tokenizer_config.json");
-  TS_ASSIGN_OR_RETURN(json tc, ReadOptionalJson(dir, "tokenizer_config.json"));
-  if (tc.is_object()) {
-    TS_ASSIGN_OR_RETURN(cfg.add_bos_token, OptionalBool(tc, "add_bos_token", tc_file));
-    TS_ASSIGN_OR_RETURN(cfg.add_eos_token, OptionalBool(tc, "add_eos_token", tc_file));
-    TS_ASSIGN_OR_RETURN(cfg.bos_token, TokenString(tc, "bos_token", tc_file));
-    TS_ASSIGN_OR_RETURN(cfg.eos_token, TokenString(tc, "eos_token", tc_file));
-    TS_ASSIGN_OR_RETURN(std::optional<bool> clean,
-                        OptionalBool(tc, "clean_up_tokenization_spaces", tc_file));
-    cfg.clean_up_tokenization_spaces = clean.value_or(false);
-    auto it = tc.find("tokenizer_class");
-    if (it != tc.end() && it->is_string()) cfg.tokenizer_class = it->get<std::string>();
+  if (FileExists(tc_file)) {
+    TS_ASSIGN_OR_RETURN(std::string text, ReadFileToString(tc_file));
+    TS_RETURN_IF_ERROR(ParseTokenizerConfigJson(text, tc_file, &cfg));
   }
   for (const char* name : {"generation_config.json", "config.json"}) {
     const std::string file = absl::StrCat(dir, "/", name);

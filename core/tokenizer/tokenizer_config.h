@@ -29,4 +29,10 @@ struct TokenizerConfig {
 // one is INVALID_ARGUMENT naming the file and field.
 absl::StatusOr<TokenizerConfig> ReadTokenizerConfig(const std::string& dir);
 
+// The tokenizer_config.json fields of `text` (add_bos_token, add_eos_token,
+// bos_token, eos_token, clean_up_tokenization_spaces, tokenizer_class) into
+// *cfg; INVALID_ARGUMENT naming `path` and the field.
+absl::Status ParseTokenizerConfigJson(const std::string& text, const std::string& path,
+                                      TokenizerConfig* cfg);
+
 }  // namespace treespec

@@ -249,7 +249,7 @@ absl::Status HfTokenizer::ParsePostProcessor(const json& spec, const std::string
     for (const json& id : (*specials)[name]["ids"]) {
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab_size_) {
         return FieldError(file_, absl::StrCat(field, ".special_tokens[\"", name, "\"].ids"),
-                          absl::StrCat("has an invalid id ", id.dump()));
+                          absl::StrCat("has an invalid id ", JsonExcerpt(id)));
       }
       (seen_sequence ? suffix : prefix)->push_back(static_cast<int32_t>(id.get<int64_t>()));
     }

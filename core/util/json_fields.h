@@ -28,6 +28,12 @@ class JsonFields {
   std::string path_;
 };
 
+// `v` as compact JSON for an error message: at most `max_chars` characters
+// (then "..."), values nested more than 4 levels down shown as [...] or {...}.
+// Unlike nlohmann's dump(), which recurses once per level and overflows the
+// stack on a hostile 100000-deep document, it never goes deeper than that.
+std::string JsonExcerpt(const nlohmann::json& v, size_t max_chars = 80);
+
 // Parses JSON text without exceptions; INVALID_ARGUMENT naming `path` on error.
 absl::StatusOr<nlohmann::json> ParseJson(const std::string& text, const std::string& path);
 

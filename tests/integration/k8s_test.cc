@@ -7,6 +7,7 @@
 // and its collective traffic stays inside the group. Skips (with a message)
 // when kubectl or PyYAML is missing.
 #include <cstdio>
+#include <fstream>
 #include <regex>
 #include <set>
 
@@ -333,6 +334,56 @@ TEST_P(K8sTest, CoordinatorReadsItsTokensFromAMountedSecret) {
     EXPECT_TRUE(is_secret) << volume << " is not a Secret volume";
   }
   EXPECT_TRUE(seen) << "no treespec-coordinator workload";
+}
+
+// The image the overlay runs is one tools/container_build.sh builds from the
+// Containerfile, and that file matches the manifests: the user every pod runs
+// as, every container port EXPOSEd, every command a binary the image builds
+// into /usr/local/bin, and model paths under /opt/treespec/models/demo copied
+// from models/demo.
+TEST_P(K8sTest, ImageIsTheContainerfiles) {
+  const std::string src = TREESPEC_SOURCE_DIR;
+  std::ifstream cf(src + "/Containerfile"), script(src + "/tools/container_build.sh");
+  ASSERT_TRUE(cf && script) << "Containerfile or tools/container_build.sh missing";
+  const std::string containerfile((std::istreambuf_iterator<char>(cf)), {});
+  const std::string build_script((std::istreambuf_iterator<char>(script)), {});
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(containerfile, m, std::regex("\\nUSER ([0-9]+)")));
+  const int image_uid = std::stoi(m[1]);
+  ASSERT_TRUE(std::regex_search(containerfile, m, std::regex("\\nEXPOSE ([0-9 ]+)")));
+  const std::string exposed = " " + std::string(m[1]) + " ";
+  ASSERT_TRUE(std::regex_search(containerfile, m, std::regex("cmake --build [^\\n]*--target ([a-z0-9_ \\\\\\n-]+)")));
+  const std::string built = m[1];
+  EXPECT_NE(containerfile.find("COPY --from=builder /out/bin/ /usr/local/bin/"), std::string::npos);
+  for (const json& w : Workloads(docs_)) {
+    const json& pod = w["spec"]["template"]["spec"];
+    const std::string name = w["metadata"]["name"];
+    EXPECT_EQ(pod["securityContext"].value("runAsUser", -1), image_uid) << name;
+    for (const json& c : pod["containers"]) {
+      EXPECT_NE(build_script.find("IMAGE=" + c["image"].get<std::string>() + ";"),
+                std::string::npos)
+          << name << ": image " << c["image"] << " is not one tools/container_build.sh builds";
+      const std::string cmd = c["command"][0];
+      ASSERT_TRUE(absl::StartsWith(cmd, "/usr/local/bin/")) << name << ": " << cmd;
+      const std::string bin = cmd.substr(std::string("/usr/local/bin/").size());
+      EXPECT_TRUE(std::regex_search(built, std::regex("(^|\\s)" + bin + "(\\s|$)")))
+          << name << ": the Containerfile does not build " << bin;
+      for (const json& p : c.value("ports", json::array())) {
+        const std::string port = std::to_string(p["containerPort"].get<int>());
+        EXPECT_NE(exposed.find(" " + port + " "), std::string::npos)
+            << name << ": port " << port << " is not EXPOSEd by the Containerfile";
+      }
+    }
+  }
+  const std::string demo = "/opt/treespec/models/demo/";
+  for (const auto& [key, value] : ConfigMap(docs_)["data"].items()) {
+    const std::string path = value.get<std::string>();
+    if (!absl::StartsWith(path, demo)) continue;
+    EXPECT_NE(containerfile.find("models/demo /opt/treespec/models/demo"), std::string::npos)
+        << key << "=" << path << " but the Containerfile does not copy models/demo there";
+    EXPECT_TRUE(std::ifstream(src + "/models/demo/" + path.substr(demo.size()) + "/config.json"))
+        << key << "=" << path << " names no model of models/demo";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Overlays, K8sTest, ::testing::Values("cpu-demo", "gpu-tp2"));

@@ -190,6 +190,35 @@ TEST(ChatTemplateTest, LimitsStopRunawayTemplates) {
   EXPECT_EQ(ChatTemplate::Parse("x", limits).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Found by tests/fuzz/chat_template_fuzz: operator, filter and postfix chains
+// are parsed by loops, not recursion, so they escaped max_nesting and built
+// trees 100000 levels tall, whose rendering overflowed the stack.
+TEST(ChatTemplateTest, LongOperatorChainsAreRefusedNotCrashing) {
+  const std::pair<std::string, std::string> chains[] = {
+      {"1", " + 1"}, {"1", " - 1"},     {"2", " * 1"},      {"2", " ** 1"},   {"'a'", " ~ 'a'"},
+      {"1", " < 1"}, {"x", " and x"},   {"x", " or x"},     {"x", ".a"},      {"x", "[0]"},
+      {"x", "[0:1]"}, {"x", "|trim"},   {"x", " is defined"}, {"x", "()"},
+  };
+  for (const auto& [head, link] : chains) {
+    std::string source = "{{ " + head;
+    for (int i = 0; i < 100000; ++i) source += link;
+    source += " }}";
+    absl::Status s = RenderStatus(source, Json{{"x", "v"}});
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << head << link;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("expression nested deeper than 128 levels"))
+        << head << link;
+  }
+  // Chains of ordinary length render.
+  std::string sum = "{{ 1";
+  for (int i = 0; i < 99; ++i) sum += " + 1";
+  auto tmpl = ChatTemplate::Parse(sum + " }}");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  EXPECT_EQ(tmpl->Render(Json::object()).value_or("<error>"), "100");
+  ChatTemplateLimits limits;
+  limits.max_expression_height = 0;
+  EXPECT_EQ(ChatTemplate::Parse("x", limits).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ChatTemplateTest, WhitespaceControl) {
   auto render = [](const std::string& source) {
     auto t = ChatTemplate::Parse(source);

@@ -127,6 +127,28 @@ TEST(OpenAiRequestTest, BadRequestsNameTheFieldAndValue) {
   }
 }
 
+// Found by tests/fuzz/openai_request_fuzz: the error for a mistyped field
+// quoted the value with nlohmann's dump(), which recurses once per nesting
+// level; a 2 MB body nesting 1000000 levels crashed the coordinator.
+TEST(OpenAiRequestTest, DeeplyNestedValuesGiveErrorsNotCrashes) {
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  const std::pair<std::string, std::string> cases[] = {
+      {R"({"prompt": )" + deep + "}", "prompt"},
+      {R"({"prompt": "x", "stop": )" + deep + "}", "stop"},
+      {R"({"prompt": "x", "max_tokens": )" + deep + "}", "max_tokens"},
+  };
+  for (const auto& [body, param] : cases) {
+    auto req = ParseCompletionRequest(body);
+    ASSERT_FALSE(req.ok()) << param;
+    EXPECT_EQ(req.status().code(), absl::StatusCode::kInvalidArgument) << param;
+    EXPECT_EQ(OpenAiParam(req.status()), param);
+    EXPECT_LT(req.status().message().size(), 300u) << param;
+  }
+  auto chat = ParseChatRequest(R"({"messages": [{"role": "user", "content": )" + deep + "}]}");
+  ASSERT_FALSE(chat.ok());
+  EXPECT_EQ(OpenAiParam(chat.status()), "messages[0].content");
+}
+
 // Mutated valid bodies: the parser answers with OK or INVALID_ARGUMENT, never
 // an exception or a crash (nlohmann::json is used without exceptions).
 TEST(OpenAiRequestTest, MutatedBodiesNeverThrow) {

@@ -102,6 +102,24 @@ TEST(ModelConfigTest, UnknownOrPartialRopeIsRefusedNamingIt) {
   ExpectError(j, absl::StatusCode::kInvalidArgument, "factor");
 }
 
+// Found while fuzzing config.json (tests/fuzz/model_config_fuzz harness): the
+// RoPE object was copied before its type was checked, and copying a JSON
+// value recurses once per level, so a 1000000-deep rope_scaling overflowed
+// the stack; the error quoting a deep field did the same.
+TEST(ModelConfigTest, DeeplyNestedFieldsAreErrorsNotCrashes) {
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  for (const char* key : {"rope_scaling", "hidden_size"}) {
+    nlohmann::json j = Base("LlamaForCausalLM");
+    j.erase(key);
+    std::string text = j.dump();
+    text.insert(1, std::string("\"") + key + "\": " + deep + ", ");
+    auto c = ParseModelConfig(text, "config.json");
+    ASSERT_FALSE(c.ok()) << key;
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << key;
+    EXPECT_THAT(c.status().message(), HasSubstr(key));
+  }
+}
+
 TEST(ModelConfigTest, HiddenActOtherThanSiluIsRefused) {
   for (const char* arch : {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
                            "Qwen3ForCausalLM"}) {

@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "core/tokenizer/chat_template.h"
 #include "core/tokenizer/pretokenizer.h"
+#include "core/tokenizer/tokenizer_config.h"
 #include "core/tokenizer/utf8.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -353,6 +355,25 @@ TEST(TokenizerTest, AddBosAddEosFromTokenizerConfig) {
   ASSERT_TRUE(gs.ok());
   ASSERT_FALSE(gs->empty());
   EXPECT_EQ((*gs)[0], 0);
+}
+
+// Found by tests/fuzz/tokenizer_config_fuzz: a mistyped field 1000000 levels
+// deep was quoted with nlohmann's dump() (one recursion per level) and
+// overflowed the stack instead of giving an error naming the field.
+TEST(TokenizerTest, DeeplyNestedTokenizerConfigFieldsAreErrors) {
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  for (const char* field : {"eos_token", "add_bos_token", "chat_template"}) {
+    TempDir dir;
+    CopyFixture("gpt2_style", dir.path());
+    WriteFile(dir.path() + "/tokenizer_config.json",
+              std::string("{\"") + field + "\": " + deep + "}");
+    absl::Status s = std::string(field) == "chat_template"
+                         ? ReadChatTemplate(dir.path()).status()
+                         : ReadTokenizerConfig(dir.path()).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << field;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(field)) << field;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("[[[[[...]]]]]")) << field;
+  }
 }
 
 TEST(TokenizerTest, SentencePieceBosEosFromTokenizerConfig) {
