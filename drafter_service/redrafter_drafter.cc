@@ -77,6 +77,11 @@ std::vector<DraftOutcome> RedrafterDrafter::Draft(const std::vector<DraftSpec>& 
     out[i].step = specs[i].step;
     out[i].status = CheckDraft(specs[i], &ids);
     if (!out[i].status.ok()) continue;
+    if (specs[i].catch_up) {  // the head keeps no history: nothing to consume
+      out[i].tree = TokenTree::Root(specs[i].new_tokens.back());
+      seqs_.AdvanceStep(specs[i].id);
+      continue;
+    }
     live.push_back(i);
     last_features.insert(last_features.end(), specs[i].features.end() - H,
                          specs[i].features.end());
