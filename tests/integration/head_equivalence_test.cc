@@ -1,12 +1,13 @@
-// ReDrafter through the real services on loopback: the demo target
-// (models/demo/target) as the worker and its ReDrafter head
-// (models/demo/redrafter-head) as two drafters with different beam settings
-// (the default 3 x 4 and a wider, longer 6 x 5), reading the target's last
-// layer from the wire. Greedy speculative output equals plain greedy output
-// for both settings and every tree shape below (which cap the beams:
-// chain:4 is a width-1 beam, auto lets the planner pick), alone and with 8
-// concurrent requests; the head's drafts are accepted (it is trained).
-// TP 2 is tests/integration/tp_test.cc's GreedyEagleSpeculativeEqualsPlainGreedy.
+// The drafter heads that read the target's features, through the real
+// services on loopback: the demo target (models/demo/target) as the worker,
+// its EAGLE and EAGLE-3 heads (models/demo/eagle-head, eagle3-head) and its
+// ReDrafter head (models/demo/redrafter-head) with two beam settings (the
+// default 3 x 4 and a wider, longer 6 x 5) as drafters reading the target's
+// features from the wire (worker Open / Verify -> coordinator -> drafter
+// Open / Draft). Greedy speculative output equals plain greedy output for
+// every head and tree shape below (ReDrafter's shapes cap its beams: chain:4
+// is a width-1 beam), alone and with 8 concurrent requests; the heads' drafts
+// are accepted (they are trained). TP 2 is tests/integration/tp_test.cc.
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -24,33 +25,44 @@ constexpr int kMaxTokens = 48;
 constexpr int kConcurrentMaxTokens = 40;
 constexpr int kConcurrency = 8;
 
-const std::vector<std::string> kTrees = {"chain:4", "3,2,2,1", "4,2,2,1,1", "auto"};
-const std::vector<std::string> kDrafters = {"redrafter", "redrafter-wide"};
+struct Head {
+  std::string name, kind, dir;
+  std::vector<std::string> trees;
+  int beam_width = 3, beam_length = 4;  // ReDrafter only (the drafter's defaults)
+};
+const std::vector<std::string> kEagleTrees = {"chain:4", "3,2,2,1,1", "3,3,2,1",
+                                              "2,2,2,2", "4,2,1",     "auto"};
+const std::vector<std::string> kBeamTrees = {"chain:4", "3,2,2,1", "4,2,2,1,1", "auto"};
+const std::vector<Head> kHeads = {
+    {"eagle", "eagle", "eagle-head", kEagleTrees},
+    {"eagle3", "eagle3", "eagle3-head", kEagleTrees},
+    {"redrafter", "redrafter", "redrafter-head", kBeamTrees},
+    {"redrafter-wide", "redrafter", "redrafter-head", kBeamTrees, 6, 5},
+};
 
 std::string Demo(const std::string& name) { return SourceDir() + "/models/demo/" + name; }
 
+// Story-like prompts in the demo vocabulary: BOS then a few ids.
 std::vector<int32_t> PromptFor(int i) {
   std::vector<int32_t> p = {1};
   for (int32_t t : TestPrompt(i, 4 + i % 5)) p.push_back(300 + t);
   return p;
 }
 
-class RedrafterEquivalenceTest : public ::testing::Test {
+class HeadEquivalenceTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     ClusterConfig config;
     config.worker.model = Demo("target");
     config.mamba = config.self = config.garbage = config.ngram = false;
-    for (const std::string& name : kDrafters) {
+    for (const Head& h : kHeads) {
       DrafterConfig dc;
-      dc.kind = "redrafter";
-      dc.model = Demo("redrafter-head");
+      dc.kind = h.kind;
+      dc.model = Demo(h.dir);
       dc.target = Demo("target");
-      if (name == "redrafter-wide") {
-        dc.beam_width = 6;
-        dc.beam_length = 5;
-      }
-      config.extra_drafters.push_back({name, dc});
+      dc.beam_width = h.beam_width;
+      dc.beam_length = h.beam_length;
+      config.extra_drafters.push_back({h.name, dc});
     }
     auto c = Cluster::Start(config);
     ASSERT_TRUE(c.ok()) << c.status();
@@ -88,8 +100,8 @@ class RedrafterEquivalenceTest : public ::testing::Test {
   static std::map<std::pair<int, int>, std::vector<int32_t>> plain_;
 };
 
-Cluster* RedrafterEquivalenceTest::cluster_ = nullptr;
-std::map<std::pair<int, int>, std::vector<int32_t>> RedrafterEquivalenceTest::plain_;
+Cluster* HeadEquivalenceTest::cluster_ = nullptr;
+std::map<std::pair<int, int>, std::vector<int32_t>> HeadEquivalenceTest::plain_;
 
 struct Case {
   std::string drafter;
@@ -107,16 +119,15 @@ std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
 
 std::vector<Case> AllCases() {
   std::vector<Case> out;
-  for (const std::string& d : kDrafters) {
-    for (const std::string& t : kTrees) out.push_back({d, t});
+  for (const Head& h : kHeads) {
+    for (const std::string& t : h.trees) out.push_back({h.name, t});
   }
   return out;
 }
 
-class RedrafterByShape : public RedrafterEquivalenceTest,
-                         public ::testing::WithParamInterface<Case> {};
+class HeadByShape : public HeadEquivalenceTest, public ::testing::WithParamInterface<Case> {};
 
-TEST_P(RedrafterByShape, SingleRequestEqualsPlainGreedy) {
+TEST_P(HeadByShape, SingleRequestEqualsPlainGreedy) {
   const Case& c = GetParam();
   for (int i : {0, 1}) {
     GenerateResult r = cluster_->Generate(MakeRequest(PromptFor(i), kMaxTokens, c.drafter, c.tree));
@@ -126,7 +137,7 @@ TEST_P(RedrafterByShape, SingleRequestEqualsPlainGreedy) {
   }
 }
 
-TEST_P(RedrafterByShape, EightConcurrentRequestsEqualPlainGreedy) {
+TEST_P(HeadByShape, EightConcurrentRequestsEqualPlainGreedy) {
   const Case& c = GetParam();
   std::vector<v1::GenerateRequest> reqs;
   for (int i = 0; i < kConcurrency; ++i) {
@@ -142,9 +153,35 @@ TEST_P(RedrafterByShape, EightConcurrentRequestsEqualPlainGreedy) {
   }
 }
 
+// Requests without the features the head reads fail per sequence with
+// INVALID_ARGUMENT naming the field, and leave the sequence usable.
+TEST_F(HeadEquivalenceTest, MissingFeaturesAreRejectedByField) {
+  Drafter* d = cluster_->drafter("eagle")->drafter();
+  ASSERT_EQ(d->feature_layers(), std::vector<int32_t>{7});
+  std::vector<absl::Status> open = d->Open({{991, {1, 300, 301}, {}}});
+  ASSERT_EQ(open.size(), 1u);
+  EXPECT_EQ(open[0].code(), absl::StatusCode::kInvalidArgument) << open[0];
+  EXPECT_NE(open[0].message().find("features"), std::string::npos) << open[0];
+  const int64_t W = 256;
+  open = d->Open({{992, {1, 300, 301}, std::vector<float>(2 * W, 0.5f)}});
+  ASSERT_TRUE(open[0].ok()) << open[0];
+  DraftSpec spec;
+  spec.id = 992;
+  spec.step = 1;
+  spec.new_tokens = {302};
+  spec.shape = *TreeShape::Parse("chain:3");
+  std::vector<DraftOutcome> out = d->Draft({spec});
+  EXPECT_EQ(out[0].status.code(), absl::StatusCode::kInvalidArgument) << out[0].status;
+  spec.features.assign(W, 0.25f);
+  out = d->Draft({spec});
+  ASSERT_TRUE(out[0].status.ok()) << out[0].status;
+  EXPECT_EQ(out[0].tree.num_nodes(), 4);
+  EXPECT_EQ(d->Release({991, 992}), 1);
+}
+
 // The drafter asks the worker for the target's last layer, and the trees it
 // answers through the services are packed beams: no q, within the shape.
-TEST_F(RedrafterEquivalenceTest, AsksForTheLastLayerAndAnswersPackedBeams) {
+TEST_F(HeadEquivalenceTest, AsksForTheLastLayerAndAnswersPackedBeams) {
   Drafter* d = cluster_->drafter("redrafter-wide")->drafter();
   ASSERT_EQ(d->feature_layers(), std::vector<int32_t>{7});
   const int64_t H = 256;
@@ -164,8 +201,7 @@ TEST_F(RedrafterEquivalenceTest, AsksForTheLastLayerAndAnswersPackedBeams) {
   EXPECT_EQ(d->Release({993}), 1);
 }
 
-INSTANTIATE_TEST_SUITE_P(BeamsAndTrees, RedrafterByShape, ::testing::ValuesIn(AllCases()),
-                         CaseName);
+INSTANTIATE_TEST_SUITE_P(HeadsAndTrees, HeadByShape, ::testing::ValuesIn(AllCases()), CaseName);
 
 }  // namespace
 }  // namespace treespec::testing
