@@ -51,6 +51,7 @@ Lane::Lane(WorkerEndpoint* worker, DrafterEndpoint* drafter, LaneOptions options
         m.bandit_shapes = options_.bandit_shapes;
         m.bandit = options_.bandit;
         m.plan_auto = options_.plan_auto;
+        m.sampled_cost_batch = options_.max_batch;
         m.tokenizer = options_.tokenizer;
         m.telemetry = options_.telemetry;
         m.worker_name = worker->name;

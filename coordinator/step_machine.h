@@ -78,10 +78,14 @@ struct StepMachineOptions {
   SampledBanditOptions sampled_bandit;
   // The batch whose per-sequence plain cost the sampled bandits' cost ratios
   // are relative to (StepCostRatios::FromProfiles): a fixed constant, not the
-  // live batch, so that a seed's text does not depend on concurrency. 1 keeps
-  // the gain of a good drafter alone (mamba demo, CPU: 1.46x at c=1) but
-  // under-charges trees in large batches (0.86x at c=16); 4 gave 1.05x at
-  // c=1 and still 0.86x at c=16 (spec_bench, temperature 1).
+  // live batch, so that a seed's text does not depend on concurrency. The
+  // lane sets its largest batch (LaneOptions::max_batch), so a shape is
+  // chosen only when it pays even in a full step, and a sampled request is
+  // never slower than plain decoding at any load. That is the price of a
+  // reproducible seed: where tree tokens are dear next to a step's fixed cost
+  // (a CPU), sampled requests then decode plainly at every load. Measured
+  // with 1 (spec_bench, temperature 1, CPU demo pair): mamba 1.26x at c=1 but
+  // 0.90x at c=16, the EAGLE head 1.03x and 0.77x.
   int sampled_cost_batch = 1;
   PlannerOptions planner{.explore = 0.05};
   const Tokenizer* tokenizer = nullptr;         // text deltas; null: ids only

@@ -30,15 +30,17 @@ StepCostRatios StepCostRatios::FromProfiles(const std::optional<VerifyCostModel>
   StepCostRatios r;
   if (!verify.has_value()) return r;
   const VerifyCostModel::Coefficients v = verify->coefficients();
-  const double plain =
-      v.per_step / std::max(1, reference_batch) + v.per_sequence + v.per_token;
+  const double batch = std::max(1, reference_batch);
+  const double plain = v.per_step / batch + v.per_sequence + v.per_token;
   if (!(plain > 0.0) || !std::isfinite(plain)) return r;
   r.per_draft_node = v.per_token / plain;
   r.per_node_past_knee = v.per_token_past_knee / plain;
-  r.knee_tokens = v.knee_tokens;
+  // The knee is the pass's: a batch of `batch` sequences crosses it when
+  // each packs knee / batch tokens.
+  r.knee_tokens = v.knee_tokens > 0 ? std::max<int64_t>(1, static_cast<int64_t>(v.knee_tokens / batch)) : 0;
   if (draft.has_value()) {
     const DraftCostModel::Coefficients d = draft->coefficients();
-    r.draft_call = d.per_call / plain;
+    r.draft_call = d.per_call / batch / plain;  // one call serves the batch
     r.per_level = (d.per_level + d.per_sequence_level) / plain;
     r.per_draft_node_drafting = d.per_node / plain;
   }

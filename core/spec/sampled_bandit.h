@@ -60,9 +60,13 @@ struct StepCostRatios {
   int64_t knee_tokens = 0;                // packed tokens (root included); <= 0: none
   // From start-up profiles, relative to one sequence's share of a plain step
   // of `reference_batch` sequences (empty context): per_step / reference_batch
-  // + per_sequence + per_token. A larger reference batch is more conservative
-  // (the fixed step cost is shared, a tree token is not). nullopt profiles
-  // keep the constants above, as does a plain share that predicts <= 0.
+  // + per_sequence + per_token; the drafter's per-call cost and the verify
+  // knee are shared the same way. A larger reference batch is more
+  // conservative (the fixed step cost is shared, a tree token is not): with
+  // the largest batch the lane runs, a shape that pays here pays at every
+  // load, which is how the coordinator uses it (StepMachineOptions::
+  // sampled_cost_batch). nullopt profiles keep the constants above, as does a
+  // plain share that predicts <= 0.
   static StepCostRatios FromProfiles(const std::optional<VerifyCostModel>& verify,
                                      const std::optional<DraftCostModel>& draft,
                                      int reference_batch = 1);

@@ -77,10 +77,52 @@ TEST(SampledBanditTest, CostRatiosComeFromTheProfiles) {
   StepCostRatios r4 = StepCostRatios::FromProfiles(*VerifyCostModel::FromCoefficients(v),
                                                    *DraftCostModel::FromCoefficients(d), 4);
   EXPECT_NEAR(r4.per_draft_node, 0.002 / 0.0055, 1e-9);
+  // One drafter call serves the whole reference batch.
+  EXPECT_NEAR(r4.draft_call, 0.003 / 4 / 0.0055, 1e-9);
   // No profile: the conservative constants.
   StepCostRatios none = StepCostRatios::FromProfiles(std::nullopt, std::nullopt);
   EXPECT_EQ(none.per_draft_node, StepCostRatios{}.per_draft_node);
   EXPECT_EQ(none.draft_call, StepCostRatios{}.draft_call);
+}
+
+// The coordinator freezes the costs at the lane's largest batch. On a
+// CPU-like profile, where a tree token costs as much as a sequence's share of
+// a plain step, no shape pays there even if every draft were accepted, so a
+// sampled sequence decodes plainly at any load; on a GPU-like profile, where
+// the step's fixed cost dominates, a good drafter still speculates.
+TEST(SampledBanditTest, CostsAtTheLargestBatchKeepSpeculationWhereItPays) {
+  VerifyCostModel::Coefficients cpu;
+  cpu.per_step = 0.0037;
+  cpu.per_token = 0.00073;  // the demo target's CPU profile
+  VerifyCostModel::Coefficients gpu;
+  gpu.per_step = 0.008;
+  gpu.per_token = 0.00002;
+  gpu.knee_tokens = 256;
+  gpu.per_token_past_knee = 0.00004;
+  DraftCostModel::Coefficients cpu_draft;  // the mamba drafter's CPU profile
+  cpu_draft.per_sequence_level = 0.000016;
+  cpu_draft.per_node = 0.00011;
+  DraftCostModel::Coefficients gpu_draft;
+  gpu_draft.per_call = 0.0005;
+  gpu_draft.per_node = 0.00001;
+  SampledBanditOptions perfect{.explore = 0.0, .prior_accepted = 1.0, .prior_trials = 1.0};
+  auto choice = [&](const VerifyCostModel::Coefficients& v, const DraftCostModel::Coefficients& d,
+                    int batch) {
+    absl::StatusOr<SampledShapeBandit> b = SampledShapeBandit::Create(
+        DefaultShapes(),
+        StepCostRatios::FromProfiles(*VerifyCostModel::FromCoefficients(v),
+                                     *DraftCostModel::FromCoefficients(d), batch),
+        perfect);
+    EXPECT_TRUE(b.ok());
+    return b->Select();
+  };
+  EXPECT_TRUE(choice(cpu, cpu_draft, 1).has_value());    // alone, a perfect drafter pays
+  EXPECT_FALSE(choice(cpu, cpu_draft, 64).has_value());  // but not in a step of 64
+  EXPECT_TRUE(choice(gpu, gpu_draft, 64).has_value());
+  // The knee is the pass's: 64 sequences reach it at 4 tokens each.
+  StepCostRatios g = StepCostRatios::FromProfiles(*VerifyCostModel::FromCoefficients(gpu),
+                                                  *DraftCostModel::FromCoefficients(gpu_draft), 64);
+  EXPECT_EQ(g.knee_tokens, 4);
 }
 
 TEST(SampledBanditTest, ExpectedTokensFollowTheLevelModel) {
