@@ -139,25 +139,4 @@ std::vector<DraftOutcome> NgramDrafter::Draft(const std::vector<DraftSpec>& spec
   return out;
 }
 
-int NgramDrafter::Release(const std::vector<uint64_t>& ids) {
-  absl::MutexLock lock(&mu_);
-  int n = 0;
-  for (uint64_t id : ids) n += seqs_.Erase(id).has_value() ? 1 : 0;
-  return n;
-}
-
-int NgramDrafter::ReleaseExpired() {
-  absl::MutexLock lock(&mu_);
-  return static_cast<int>(seqs_.TakeExpired().size());
-}
-
-DrafterStats NgramDrafter::Stats() const {
-  absl::MutexLock lock(&mu_);
-  DrafterStats s;
-  s.num_sequences = seqs_.size();
-  s.slots_total = options_.max_sequences;
-  s.slots_free = options_.max_sequences - s.num_sequences;
-  return s;
-}
-
 }  // namespace treespec

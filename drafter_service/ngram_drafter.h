@@ -32,6 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/model/sequence_table.h"
 #include "drafter_service/drafter.h"
+#include "drafter_service/table_drafter.h"
 
 namespace treespec {
 
@@ -70,7 +71,7 @@ class NgramIndex {
   absl::flat_hash_map<uint64_t, std::vector<Follower>> followers_;
 };
 
-class NgramDrafter : public Drafter {
+class NgramDrafter : public TableDrafter<NgramIndex> {
  public:
   // INVALID_ARGUMENT for a vocabulary size below 1 or bad n bounds.
   static absl::StatusOr<std::unique_ptr<NgramDrafter>> Create(const DrafterOptions& options);
@@ -79,23 +80,17 @@ class NgramDrafter : public Drafter {
   int64_t vocab_size() const override { return options_.vocab_size; }
   std::vector<absl::Status> Open(const std::vector<DrafterOpenSpec>& specs) override;
   std::vector<DraftOutcome> Draft(const std::vector<DraftSpec>& specs) override;
-  int Release(const std::vector<uint64_t>& ids) override;
-  int ReleaseExpired() override;
-  DrafterStats Stats() const override;
 
   // The tree a shape allows from `index` rooted at its last token.
   static TokenTree ProposeTree(const NgramIndex& index, const TreeShape& shape);
 
  private:
   explicit NgramDrafter(const DrafterOptions& options)
-      : options_(options),
-        seqs_(SequenceTableOptions{options.max_sequences, options.sequence_lease}) {}
+      : TableDrafter(options), options_(options) {}
   absl::Status CheckDraft(const DraftSpec& s, BatchIds* ids, NgramIndex** index)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const DrafterOptions options_;
-  mutable absl::Mutex mu_;
-  SequenceTable<NgramIndex> seqs_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace treespec

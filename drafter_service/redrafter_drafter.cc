@@ -44,7 +44,7 @@ std::vector<absl::Status> RedrafterDrafter::Open(const std::vector<DrafterOpenSp
           "features: ", spec.features.size(), " floats; a prompt of ", rows + 1, " tokens needs ",
           rows, " rows of ", H, " (the target's layer ", head_->info().target_layer, ")"));
     }
-    if (st.ok()) st = seqs_.Insert(spec.id, SeqState{});
+    if (st.ok()) st = seqs_.Insert(spec.id, RedrafterSeqState{});
     out.push_back(st);
   }
   return out;
@@ -112,27 +112,6 @@ std::vector<DraftOutcome> RedrafterDrafter::Draft(const std::vector<DraftSpec>& 
     seqs_.AdvanceStep(o.id);
   }
   return out;
-}
-
-int RedrafterDrafter::Release(const std::vector<uint64_t>& ids) {
-  absl::MutexLock lock(&mu_);
-  int n = 0;
-  for (uint64_t id : ids) n += seqs_.Erase(id).has_value() ? 1 : 0;
-  return n;
-}
-
-int RedrafterDrafter::ReleaseExpired() {
-  absl::MutexLock lock(&mu_);
-  return static_cast<int>(seqs_.TakeExpired().size());
-}
-
-DrafterStats RedrafterDrafter::Stats() const {
-  absl::MutexLock lock(&mu_);
-  DrafterStats s;
-  s.num_sequences = seqs_.size();
-  s.slots_total = options_.max_sequences;
-  s.slots_free = options_.max_sequences - s.num_sequences;
-  return s;
 }
 
 }  // namespace treespec

@@ -47,10 +47,14 @@
 #include "core/model/redrafter_head.h"
 #include "core/model/sequence_table.h"
 #include "drafter_service/drafter.h"
+#include "drafter_service/table_drafter.h"
 
 namespace treespec {
 
-class RedrafterDrafter : public Drafter {
+// ReDrafter keeps no per-sequence state: its head reads the target's features.
+struct RedrafterSeqState {};
+
+class RedrafterDrafter : public TableDrafter<RedrafterSeqState> {
  public:
   static absl::StatusOr<std::unique_ptr<RedrafterDrafter>> Create(const DrafterOptions& options,
                                                                   Backend* backend);
@@ -61,25 +65,18 @@ class RedrafterDrafter : public Drafter {
   int64_t feature_width() const override { return head_->info().hidden_size; }
   std::vector<absl::Status> Open(const std::vector<DrafterOpenSpec>& specs) override;
   std::vector<DraftOutcome> Draft(const std::vector<DraftSpec>& specs) override;
-  int Release(const std::vector<uint64_t>& ids) override;
-  int ReleaseExpired() override;
-  DrafterStats Stats() const override;
 
   // {width, length} of the beam search for `shape` (see the header comment).
   static std::pair<int32_t, int32_t> FitBeams(const TreeShape& shape, int32_t beam_width,
                                               int32_t beam_length);
 
  private:
-  struct SeqState {};
   explicit RedrafterDrafter(const DrafterOptions& options)
-      : options_(options),
-        seqs_(SequenceTableOptions{options.max_sequences, options.sequence_lease}) {}
+      : TableDrafter(options), options_(options) {}
   absl::Status CheckDraft(const DraftSpec& s, BatchIds* ids) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const DrafterOptions options_;
   std::unique_ptr<RedrafterHead> head_;
-  mutable absl::Mutex mu_;
-  SequenceTable<SeqState> seqs_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace treespec
