@@ -17,6 +17,8 @@ absl::Status ChatTemplateLimits::Validate() const {
   if (max_expression_height < 1) return absl::InvalidArgumentError(absl::StrCat("max_expression_height must be >= 1, got ", max_expression_height));
   if (max_output_bytes < 1) return absl::InvalidArgumentError(absl::StrCat("max_output_bytes must be >= 1, got ", max_output_bytes));
   if (max_loop_iterations < 0) return absl::InvalidArgumentError(absl::StrCat("max_loop_iterations must be >= 0, got ", max_loop_iterations));
+  if (max_value_depth < 1) return absl::InvalidArgumentError(absl::StrCat("max_value_depth must be >= 1, got ", max_value_depth));
+  if (max_value_elements < 1) return absl::InvalidArgumentError(absl::StrCat("max_value_elements must be >= 1, got ", max_value_elements));
   return absl::OkStatus();
 }
 

@@ -56,6 +56,12 @@ struct ChatTemplateLimits {
   int max_expression_height = 128;
   int64_t max_output_bytes = 8 << 20;      // rendered text, including intermediate strings
   int64_t max_loop_iterations = 1 << 20;   // all loop bodies of one render, together
+  // A value stored by `set` (namespace attributes carry values from one loop
+  // iteration to the next, so `{% set ns.x = [ns.x] %}` or `ns.x + ns.x`
+  // would grow one without bound): its nesting levels and its elements
+  // (strings, numbers, list items and dict entries, counted recursively).
+  int max_value_depth = 256;
+  int64_t max_value_elements = 1 << 20;
   absl::Status Validate() const;
 };
 

@@ -2,6 +2,7 @@
 // evaluate to values with Python/Jinja semantics. Scoping follows Jinja: each loop
 // iteration has its own scope (a `set` inside a loop is gone after it; namespace()
 // objects carry state out), `if` has none.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <unordered_map>
@@ -46,6 +47,36 @@ class Renderer {
     return absl::OkStatus();
   }
 
+  // The value budget of a `set` (ChatTemplateLimits::max_value_depth and
+  // max_value_elements). A stored value is at most max_value_depth levels
+  // deep plus one expression's height, so the walk's recursion is bounded.
+  absl::Status CheckStored(size_t pos, const Value& v) const {
+    int64_t elements = 0;
+    const int depth = Measure(v, 1, &elements);
+    if (depth > prog_.limits.max_value_depth) {
+      return Fail(pos, absl::StrCat("value nested deeper than ", prog_.limits.max_value_depth,
+                                    " levels"));
+    }
+    if (elements > prog_.limits.max_value_elements) {
+      return Fail(pos, absl::StrCat("value with more than ", prog_.limits.max_value_elements,
+                                    " elements"));
+    }
+    return absl::OkStatus();
+  }
+  // Nesting levels of `v` (a scalar is 1); stops early once over a limit.
+  int Measure(const Value& v, int level, int64_t* elements) const {
+    ++*elements;
+    if (!v.is_structured()) return level;
+    int deepest = level;
+    for (const Value& child : v) {
+      if (deepest > prog_.limits.max_value_depth || *elements > prog_.limits.max_value_elements) {
+        break;
+      }
+      deepest = std::max(deepest, Measure(child, level + 1, elements));
+    }
+    return deepest;
+  }
+
   absl::Status ExecBody(const std::vector<Node>& body) {
     for (const Node& node : body) {
       if (auto s = Exec(node); !s.ok()) return s;
@@ -79,12 +110,14 @@ class Renderer {
       case NodeKind::kSet: {
         auto v = Eval(*node.expr);
         if (!v.ok()) return v.status();
+        if (auto s = CheckStored(node.pos, *v); !s.ok()) return s;
         scopes_.back()[node.targets[0]] = std::move(*v);
         return absl::OkStatus();
       }
       case NodeKind::kSetAttr: {
         auto v = Eval(*node.expr);
         if (!v.ok()) return v.status();
+        if (auto s = CheckStored(node.pos, *v); !s.ok()) return s;
         Value* target = Lookup(node.targets[0]);
         if (target == nullptr || !target->is_object()) {
           return Fail(node.pos, absl::StrCat("cannot assign attribute '", node.targets[1],

@@ -219,6 +219,42 @@ TEST(ChatTemplateTest, LongOperatorChainsAreRefusedNotCrashing) {
   EXPECT_EQ(ChatTemplate::Parse("x", limits).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Found by tests/fuzz/chat_template_fuzz: a namespace attribute carries a
+// value from one loop iteration to the next, so a loop could nest it a level
+// per iteration or double it, without bound (memory, and a stack overflow
+// when the value was printed).
+TEST(ChatTemplateTest, GrowingValuesAreRefusedNotCrashing) {
+  const std::string loop =
+      "{% set ns = namespace(x=[1]) %}{% for i in range(100000) %}{% set ns.x = STEP %}"
+      "{% endfor %}{{ ns.x }}";
+  const std::pair<std::string, std::string> cases[] = {
+      {"[ns.x]", "value nested deeper than 256 levels"},
+      {"{'k': ns.x}", "value nested deeper than 256 levels"},
+      {"ns.x + ns.x", "more than 1048576 elements"},
+  };
+  for (const auto& [step, message] : cases) {
+    std::string source = loop;
+    source.replace(source.find("STEP"), 4, step);
+    absl::Status s = RenderStatus(source);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << step;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(message)) << step;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("line 1 col")) << step;
+  }
+  // Within the budget, accumulating in a namespace works as before.
+  auto tmpl = ChatTemplate::Parse(
+      "{% set ns = namespace(x=[]) %}{% for i in range(5) %}{% set ns.x = ns.x + [i] %}"
+      "{% endfor %}{{ ns.x }}{% set y = [[[[1]]]] %}{{ y }}");
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  EXPECT_EQ(tmpl->Render(Json::object()).value_or("<error>"), "[0, 1, 2, 3, 4][[[[1]]]]");
+  ChatTemplateLimits limits;
+  limits.max_value_depth = 3;
+  EXPECT_THAT(std::string(RenderStatus("{% set y = [[[1]]] %}", Json::object(), limits).message()),
+              HasSubstr("value nested deeper than 3 levels"));
+  EXPECT_TRUE(RenderStatus("{% set y = [[1]] %}", Json::object(), limits).ok());
+  limits.max_value_depth = 0;
+  EXPECT_EQ(ChatTemplate::Parse("x", limits).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ChatTemplateTest, WhitespaceControl) {
   auto render = [](const std::string& source) {
     auto t = ChatTemplate::Parse(source);
