@@ -24,32 +24,33 @@
 namespace treespec::cpu {
 namespace {
 
-// scores[k] = scale · q·k_k over the keys at `slots`; returns the maximum.
-using ScoreFn = float (*)(const float* qh, const float* k_cache, const int64_t* slots, size_t n,
-                          int64_t stride, int Dh, float scale, float* scores);
-// out = Σ_k w[k] · v_k, keys in order.
-using MixFn = void (*)(const float* w, const float* v_cache, const int64_t* slots, size_t n,
-                       int64_t stride, int Dh, float* out);
+// One key row (a cache slot: Hkv heads of Dh) against every head of one
+// query: scores[h * n] = scale · q_h·k_g (g = h / group). Walking the cache a
+// row at a time reads it in order, instead of one head's Dh floats out of
+// every row per pass.
+using ScoreFn = void (*)(const float* q, const float* krow, int H, int group, int Dh, float scale,
+                         int64_t n, float* scores);
+// out_h += w[h * n] · v_g for every head, one value row.
+using MixFn = void (*)(const float* w, const float* vrow, int H, int group, int Dh, int64_t n,
+                       float* out);
 
-float ScoresScalar(const float* qh, const float* k_cache, const int64_t* slots, size_t n,
-                   int64_t stride, int Dh, float scale, float* scores) {
-  float mx = -INFINITY;
-  for (size_t k = 0; k < n; ++k) {
-    const float* kh = k_cache + slots[k] * stride;
+void ScoreScalar(const float* q, const float* krow, int H, int group, int Dh, float scale,
+                 int64_t n, float* scores) {
+  for (int h = 0; h < H; ++h) {
+    const float* qh = q + static_cast<int64_t>(h) * Dh;
+    const float* kh = krow + static_cast<int64_t>(h / group) * Dh;
     float dot = 0.0f;
     for (int d = 0; d < Dh; ++d) dot += qh[d] * kh[d];
-    scores[k] = dot * scale;
-    mx = std::max(mx, scores[k]);
+    scores[h * n] = dot * scale;
   }
-  return mx;
 }
 
-void MixScalar(const float* w, const float* v_cache, const int64_t* slots, size_t n, int64_t stride,
-               int Dh, float* out) {
-  for (int d = 0; d < Dh; ++d) out[d] = 0.0f;
-  for (size_t k = 0; k < n; ++k) {
-    const float* vh = v_cache + slots[k] * stride;
-    for (int d = 0; d < Dh; ++d) out[d] += w[k] * vh[d];
+void MixScalar(const float* w, const float* vrow, int H, int group, int Dh, int64_t n, float* out) {
+  for (int h = 0; h < H; ++h) {
+    const float* vh = vrow + static_cast<int64_t>(h / group) * Dh;
+    float* oh = out + static_cast<int64_t>(h) * Dh;
+    const float wh = w[h * n];
+    for (int d = 0; d < Dh; ++d) oh[d] += wh * vh[d];
   }
 }
 
@@ -61,33 +62,31 @@ __attribute__((target("avx2,fma"))) inline float Reduce8(__m256 v) {
 }
 
 // Dh % 8 == 0.
-__attribute__((target("avx2,fma"))) float ScoresAvx2(const float* qh, const float* k_cache,
-                                                     const int64_t* slots, size_t n, int64_t stride,
-                                                     int Dh, float scale, float* scores) {
-  float mx = -INFINITY;
-  for (size_t k = 0; k < n; ++k) {
-    const float* kh = k_cache + slots[k] * stride;
+__attribute__((target("avx2,fma"))) void ScoreAvx2(const float* q, const float* krow, int H,
+                                                   int group, int Dh, float scale, int64_t n,
+                                                   float* scores) {
+  for (int h = 0; h < H; ++h) {
+    const float* qh = q + static_cast<int64_t>(h) * Dh;
+    const float* kh = krow + static_cast<int64_t>(h / group) * Dh;
     __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(qh), _mm256_loadu_ps(kh));
     for (int d = 8; d < Dh; d += 8) {
       acc = _mm256_fmadd_ps(_mm256_loadu_ps(qh + d), _mm256_loadu_ps(kh + d), acc);
     }
-    scores[k] = Reduce8(acc) * scale;
-    mx = std::max(mx, scores[k]);
+    scores[h * n] = Reduce8(acc) * scale;
   }
-  return mx;
 }
 
 // Dh % 8 == 0.
-__attribute__((target("avx2,fma"))) void MixAvx2(const float* w, const float* v_cache,
-                                                 const int64_t* slots, size_t n, int64_t stride,
-                                                 int Dh, float* out) {
-  for (int d = 0; d < Dh; d += 8) {
-    __m256 acc = _mm256_setzero_ps();
-    for (size_t k = 0; k < n; ++k) {
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(w[k]), _mm256_loadu_ps(v_cache + slots[k] * stride + d),
-                            acc);
+__attribute__((target("avx2,fma"))) void MixAvx2(const float* w, const float* vrow, int H,
+                                                 int group, int Dh, int64_t n, float* out) {
+  for (int h = 0; h < H; ++h) {
+    const float* vh = vrow + static_cast<int64_t>(h / group) * Dh;
+    float* oh = out + static_cast<int64_t>(h) * Dh;
+    const __m256 wh = _mm256_set1_ps(w[h * n]);
+    for (int d = 0; d < Dh; d += 8) {
+      _mm256_storeu_ps(oh + d,
+                       _mm256_fmadd_ps(wh, _mm256_loadu_ps(vh + d), _mm256_loadu_ps(oh + d)));
     }
-    _mm256_storeu_ps(out + d, acc);
   }
 }
 
@@ -100,11 +99,11 @@ bool HaveAvx2() {
 
 void Attention(const float* q, const float* k_cache, const float* v_cache,
                const AttentionBatch& batch, int H, int Hkv, int Dh, float scale, float* out,
-               int threads) {
+               int threads, AttentionPath path) {
   const int group = H / Hkv;
   const int T = batch.num_tokens();
-  const bool vector = Dh % 8 == 0 && HaveAvx2();
-  const ScoreFn score = vector ? ScoresAvx2 : ScoresScalar;
+  const bool vector = path == AttentionPath::kAuto && Dh % 8 == 0 && HaveAvx2();
+  const ScoreFn score = vector ? ScoreAvx2 : ScoreScalar;
   const MixFn mix = vector ? MixAvx2 : MixScalar;
   const int64_t stride = static_cast<int64_t>(Hkv) * Dh;  // floats per cache slot
   std::vector<int> token_seq(T);
@@ -134,21 +133,28 @@ void Attention(const float* q, const float* k_cache, const float* v_cache,
           slots.push_back(batch.Slot(s, ctx + j));
         }
       }
-      scores.resize(slots.size());
-      for (int h = 0; h < H; ++h) {
-        const int64_t g = h / group;
-        const float* qh = q + (static_cast<int64_t>(t) * H + h) * Dh;
-        const float mx = score(qh, k_cache + g * Dh, slots.data(), slots.size(), stride, Dh, scale,
-                               scores.data());
+      const int64_t n = static_cast<int64_t>(slots.size());
+      scores.resize(static_cast<size_t>(H) * n);
+      const float* qt = q + static_cast<int64_t>(t) * H * Dh;
+      float* ot = out + static_cast<int64_t>(t) * H * Dh;
+      for (int64_t k = 0; k < n; ++k) {
+        score(qt, k_cache + slots[k] * stride, H, group, Dh, scale, n, scores.data() + k);
+      }
+      for (int h = 0; h < H; ++h) {  // softmax per head, keys in order
+        float* sh = scores.data() + h * n;
+        float mx = -INFINITY;
+        for (int64_t k = 0; k < n; ++k) mx = std::max(mx, sh[k]);
         float sum = 0.0f;
-        for (float& sc : scores) {
-          sc = std::exp(sc - mx);
-          sum += sc;
+        for (int64_t k = 0; k < n; ++k) {
+          sh[k] = std::exp(sh[k] - mx);
+          sum += sh[k];
         }
         const float inv = 1.0f / sum;
-        for (float& sc : scores) sc *= inv;
-        mix(scores.data(), v_cache + g * Dh, slots.data(), slots.size(), stride, Dh,
-            out + (static_cast<int64_t>(t) * H + h) * Dh);
+        for (int64_t k = 0; k < n; ++k) sh[k] *= inv;
+      }
+      std::fill(ot, ot + static_cast<int64_t>(H) * Dh, 0.0f);
+      for (int64_t k = 0; k < n; ++k) {
+        mix(scores.data() + k, v_cache + slots[k] * stride, H, group, Dh, n, ot);
       }
     }
   }

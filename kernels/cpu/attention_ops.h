@@ -1,4 +1,4 @@
-// Plain-loop float32 kernels for rotary embedding + KV-cache writes and for
+// Float32 kernels for rotary embedding + KV-cache writes and for
 // attention over the paged KV cache with tree (ancestor) masks.
 #pragma once
 
@@ -14,9 +14,14 @@ void QkvRope(const float* qkv, const int32_t* positions, const float* inv_freq,
              const treespec::AttentionBatch& batch, int H, int Hkv, int Dh, float* q,
              float* k_cache, float* v_cache);
 
+// Which inner loops Attention runs (attention.cc): kAuto takes the vector
+// ones where the head size and the CPU allow; kScalar is the plain loops,
+// kept for CPUs without AVX2 and for tools/bench/attention_bench.
+enum class AttentionPath { kAuto, kScalar };
+
 // in: q [T, H, Dh], k_cache, v_cache [num_slots, Hkv, Dh]; out: out [T, H, Dh].
 void Attention(const float* q, const float* k_cache, const float* v_cache,
                const treespec::AttentionBatch& batch, int H, int Hkv, int Dh, float scale,
-               float* out, int threads = 1);
+               float* out, int threads = 1, AttentionPath path = AttentionPath::kAuto);
 
 }  // namespace treespec::cpu
