@@ -16,14 +16,11 @@
 
 #include "gtest/gtest.h"
 #include "tests/integration/cluster.h"
+#include "tests/integration/greedy_equivalence.h"
 #include "tests/testing/test_util.h"
 
 namespace treespec::testing {
 namespace {
-
-constexpr int kMaxTokens = 48;
-constexpr int kConcurrentMaxTokens = 40;
-constexpr int kConcurrency = 8;
 
 struct Head {
   std::string name, kind, dir;
@@ -42,45 +39,13 @@ const std::vector<Head> kHeads = {
 
 std::string Demo(const std::string& name) { return SourceDir() + "/models/demo/" + name; }
 
-// Story-like prompts in the demo vocabulary: BOS then a few ids.
-std::vector<int32_t> PromptFor(int i) {
-  std::vector<int32_t> p = {1};
-  for (int32_t t : TestPrompt(i, 4 + i % 5)) p.push_back(300 + t);
-  return p;
-}
-
-class HeadEquivalenceTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    ClusterConfig config;
-    config.worker.model = Demo("target");
-    config.mamba = config.self = config.garbage = config.ngram = false;
-    for (const Head& h : kHeads) {
-      DrafterConfig dc;
-      dc.kind = h.kind;
-      dc.model = Demo(h.dir);
-      dc.target = Demo("target");
-      dc.beam_width = h.beam_width;
-      dc.beam_length = h.beam_length;
-      config.extra_drafters.push_back({h.name, dc});
-    }
-    auto c = Cluster::Start(config);
-    ASSERT_TRUE(c.ok()) << c.status();
-    cluster_ = c->release();
-  }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-  }
-
-  static const std::vector<int32_t>& Plain(int i, int max_tokens) {
-    auto key = std::make_pair(i, max_tokens);
-    auto it = plain_.find(key);
-    if (it != plain_.end()) return it->second;
-    GenerateResult r = cluster_->Generate(MakeRequest(PromptFor(i), max_tokens, "none"));
-    EXPECT_TRUE(r.status.ok()) << r.status.error_message();
-    EXPECT_EQ(r.ids.size(), static_cast<size_t>(max_tokens));
-    return plain_[key] = r.ids;
+class HeadEquivalenceTest : public GreedyEquivalenceSuite<HeadEquivalenceTest> {
+ public:
+  // Story-like prompts in the demo vocabulary: BOS then a few ids.
+  static std::vector<int32_t> PromptFor(int i) {
+    std::vector<int32_t> p = {1};
+    for (int32_t t : TestPrompt(i, 4 + i % 5)) p.push_back(300 + t);
+    return p;
   }
 
   static void CheckStats(const GenerateResult& r, const std::string& drafter, int max_tokens,
@@ -96,62 +61,38 @@ class HeadEquivalenceTest : public ::testing::Test {
     EXPECT_EQ(s.accepted_tokens() + s.steps(), max_tokens - 1) << what;
   }
 
-  static Cluster* cluster_;
-  static std::map<std::pair<int, int>, std::vector<int32_t>> plain_;
-};
-
-Cluster* HeadEquivalenceTest::cluster_ = nullptr;
-std::map<std::pair<int, int>, std::vector<int32_t>> HeadEquivalenceTest::plain_;
-
-struct Case {
-  std::string drafter;
-  std::string tree;
-};
-void PrintTo(const Case& c, std::ostream* os) { *os << c.drafter << " " << c.tree; }
-
-std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
-  std::string name = info.param.drafter + "_" + info.param.tree;
-  for (char& ch : name) {
-    if (ch == ',' || ch == ':' || ch == '-') ch = '_';
+ protected:
+  static void SetUpTestSuite() {
+    ClusterConfig config;
+    config.worker.model = Demo("target");
+    config.mamba = config.self = config.garbage = config.ngram = false;
+    for (const Head& h : kHeads) {
+      DrafterConfig dc;
+      dc.kind = h.kind;
+      dc.model = Demo(h.dir);
+      dc.target = Demo("target");
+      dc.beam_width = h.beam_width;
+      dc.beam_length = h.beam_length;
+      config.extra_drafters.push_back({h.name, dc});
+    }
+    UseCluster(Cluster::Start(config));
   }
-  return name;
-}
+};
 
-std::vector<Case> AllCases() {
-  std::vector<Case> out;
+std::vector<ShapeCase> AllCases() {
+  std::vector<ShapeCase> out;
   for (const Head& h : kHeads) {
     for (const std::string& t : h.trees) out.push_back({h.name, t});
   }
   return out;
 }
 
-class HeadByShape : public HeadEquivalenceTest, public ::testing::WithParamInterface<Case> {};
+class HeadByShape : public HeadEquivalenceTest,
+                    public ::testing::WithParamInterface<ShapeCase> {};
 
-TEST_P(HeadByShape, SingleRequestEqualsPlainGreedy) {
-  const Case& c = GetParam();
-  for (int i : {0, 1}) {
-    GenerateResult r = cluster_->Generate(MakeRequest(PromptFor(i), kMaxTokens, c.drafter, c.tree));
-    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
-    EXPECT_EQ(r.ids, Plain(i, kMaxTokens)) << c.drafter << " tree " << c.tree << " prompt " << i;
-    CheckStats(r, c.drafter, kMaxTokens, c.drafter + " " + c.tree, c.tree == "auto");
-  }
-}
+TEST_P(HeadByShape, SingleRequestEqualsPlainGreedy) { AloneEqualsPlain(GetParam()); }
 
-TEST_P(HeadByShape, EightConcurrentRequestsEqualPlainGreedy) {
-  const Case& c = GetParam();
-  std::vector<v1::GenerateRequest> reqs;
-  for (int i = 0; i < kConcurrency; ++i) {
-    reqs.push_back(MakeRequest(PromptFor(i), kConcurrentMaxTokens, c.drafter, c.tree));
-  }
-  std::vector<GenerateResult> rs = RunConcurrently(cluster_->stub(), reqs);
-  for (int i = 0; i < kConcurrency; ++i) {
-    ASSERT_TRUE(rs[i].status.ok()) << "request " << i << ": " << rs[i].status.error_message();
-    EXPECT_EQ(rs[i].ids, Plain(i, kConcurrentMaxTokens))
-        << c.drafter << " tree " << c.tree << " request " << i;
-    CheckStats(rs[i], c.drafter, kConcurrentMaxTokens,
-               c.drafter + " " + c.tree + " request " + std::to_string(i), c.tree == "auto");
-  }
-}
+TEST_P(HeadByShape, EightConcurrentRequestsEqualPlainGreedy) { ConcurrentEqualsPlain(GetParam()); }
 
 // Requests without the features the head reads fail per sequence with
 // INVALID_ARGUMENT naming the field, and leave the sequence usable.
@@ -201,7 +142,7 @@ TEST_F(HeadEquivalenceTest, AsksForTheLastLayerAndAnswersPackedBeams) {
   EXPECT_EQ(d->Release({993}), 1);
 }
 
-INSTANTIATE_TEST_SUITE_P(HeadsAndTrees, HeadByShape, ::testing::ValuesIn(AllCases()), CaseName);
+INSTANTIATE_TEST_SUITE_P(HeadsAndTrees, HeadByShape, ::testing::ValuesIn(AllCases()), ShapeCaseName);
 
 }  // namespace
 }  // namespace treespec::testing

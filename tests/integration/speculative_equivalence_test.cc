@@ -13,42 +13,18 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cluster.h"
+#include "tests/integration/greedy_equivalence.h"
 #include "tools/cli/local_model.h"
 
 namespace treespec::testing {
 namespace {
 
-constexpr int kMaxTokens = 48;            // single requests
-constexpr int kConcurrentMaxTokens = 40;  // each of 8 concurrent requests
-constexpr int kConcurrency = 8;
-
 const std::vector<std::string> kTrees = {"chain:4", "3,2,2,1,1", "3,3,2,1",
                                          "2,2,2,2", "4,2,1",     "auto"};
 
-std::vector<int32_t> PromptFor(int i) { return TestPrompt(i, 4 + i % 5); }
-
-class SpeculativeEquivalenceTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    auto c = Cluster::Start();
-    ASSERT_TRUE(c.ok()) << c.status();
-    cluster_ = c->release();
-  }
-  static void TearDownTestSuite() {
-    delete cluster_;
-    cluster_ = nullptr;
-  }
-
-  // Plain greedy output (drafter "none") of PromptFor(i), memoised.
-  static const std::vector<int32_t>& Plain(int i, int max_tokens) {
-    auto key = std::make_pair(i, max_tokens);
-    auto it = plain_.find(key);
-    if (it != plain_.end()) return it->second;
-    GenerateResult r = cluster_->Generate(MakeRequest(PromptFor(i), max_tokens, "none"));
-    EXPECT_TRUE(r.status.ok()) << r.status.error_message();
-    EXPECT_EQ(r.ids.size(), static_cast<size_t>(max_tokens));
-    return plain_[key] = r.ids;
-  }
+class SpeculativeEquivalenceTest : public GreedyEquivalenceSuite<SpeculativeEquivalenceTest> {
+ public:
+  static std::vector<int32_t> PromptFor(int i) { return TestPrompt(i, 4 + i % 5); }
 
   // Checks the final chunk of a speculative request of `max_tokens` tokens
   // against the invariants every healthy speculative stream satisfies.
@@ -79,12 +55,9 @@ class SpeculativeEquivalenceTest : public ::testing::Test {
         << what;
   }
 
-  static Cluster* cluster_;
-  static std::map<std::pair<int, int>, std::vector<int32_t>> plain_;
+ protected:
+  static void SetUpTestSuite() { UseCluster(Cluster::Start()); }
 };
-
-Cluster* SpeculativeEquivalenceTest::cluster_ = nullptr;
-std::map<std::pair<int, int>, std::vector<int32_t>> SpeculativeEquivalenceTest::plain_;
 
 // The reference itself: the server's plain decoding equals in-process
 // sequential greedy decoding of the target.
@@ -109,21 +82,8 @@ TEST_F(SpeculativeEquivalenceTest, PlainDecodingMatchesLocalModel) {
   EXPECT_EQ(r.final_chunk.speculation().fallback_steps(), 0);
 }
 
-struct Case {
-  std::string drafter;
-  std::string tree;
-};
-void PrintTo(const Case& c, std::ostream* os) { *os << c.drafter << " " << c.tree; }
-
-std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
-  std::string tree = info.param.tree;
-  std::replace(tree.begin(), tree.end(), ',', '_');
-  std::replace(tree.begin(), tree.end(), ':', '_');
-  return info.param.drafter + "_" + tree;
-}
-
-std::vector<Case> AllCases() {
-  std::vector<Case> out;
+std::vector<ShapeCase> AllCases() {
+  std::vector<ShapeCase> out;
   for (const char* d : {"mamba", "self", "garbage", "ngram"}) {
     for (const std::string& t : kTrees) out.push_back({d, t});
   }
@@ -131,36 +91,16 @@ std::vector<Case> AllCases() {
 }
 
 class EquivalenceByShape : public SpeculativeEquivalenceTest,
-                           public ::testing::WithParamInterface<Case> {};
+                           public ::testing::WithParamInterface<ShapeCase> {};
 
-TEST_P(EquivalenceByShape, SingleRequestEqualsPlainGreedy) {
-  const Case& c = GetParam();
-  for (int i : {0, 1}) {
-    GenerateResult r = cluster_->Generate(MakeRequest(PromptFor(i), kMaxTokens, c.drafter, c.tree));
-    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
-    EXPECT_EQ(r.ids, Plain(i, kMaxTokens)) << c.drafter << " tree " << c.tree << " prompt " << i;
-    CheckStats(r, c.drafter, kMaxTokens, c.drafter + " " + c.tree, c.tree == "auto");
-  }
-}
+TEST_P(EquivalenceByShape, SingleRequestEqualsPlainGreedy) { AloneEqualsPlain(GetParam()); }
 
 TEST_P(EquivalenceByShape, EightConcurrentRequestsEqualPlainGreedy) {
-  const Case& c = GetParam();
-  std::vector<v1::GenerateRequest> reqs;
-  for (int i = 0; i < kConcurrency; ++i) {
-    reqs.push_back(MakeRequest(PromptFor(i), kConcurrentMaxTokens, c.drafter, c.tree));
-  }
-  std::vector<GenerateResult> rs = RunConcurrently(cluster_->stub(), reqs);
-  for (int i = 0; i < kConcurrency; ++i) {
-    ASSERT_TRUE(rs[i].status.ok()) << "request " << i << ": " << rs[i].status.error_message();
-    EXPECT_EQ(rs[i].ids, Plain(i, kConcurrentMaxTokens))
-        << c.drafter << " tree " << c.tree << " request " << i;
-    CheckStats(rs[i], c.drafter, kConcurrentMaxTokens,
-               c.drafter + " " + c.tree + " request " + std::to_string(i), c.tree == "auto");
-  }
+  ConcurrentEqualsPlain(GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(DraftersAndTrees, EquivalenceByShape, ::testing::ValuesIn(AllCases()),
-                         CaseName);
+                         ShapeCaseName);
 
 // Every lane and shape at once: 8 requests over four drafters (four lanes)
 // with different shapes within a lane, plus plain ones, all concurrent.
