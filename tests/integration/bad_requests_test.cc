@@ -274,7 +274,11 @@ TEST(CapacityTest, KvCacheTooSmallFailsOnlyTheNewRequest) {
   t.join();
   ASSERT_TRUE(first.status.ok()) << first.status.error_message();
   EXPECT_EQ(first.ids, expected);
-  // With the first one gone, the second fits.
+  // With the first one gone, the second fits. The coordinator releases a
+  // finished sequence's KV after its final chunk, so wait for the release.
+  ASSERT_TRUE(Eventually(
+      [&] { return WorkerSequences((*cluster)->worker()->NewStub().get()) == 0; },
+      std::chrono::seconds(10)));
   GenerateResult again = (*cluster)->Generate(MakeRequest(TestPrompt(31), 50, "none"));
   ASSERT_TRUE(again.status.ok()) << again.status.error_message();
   EXPECT_EQ(again.ids, GreedyReference({TestPrompt(31)}, 50)[0]);
