@@ -60,6 +60,7 @@ Lane::Lane(WorkerEndpoint* worker, DrafterEndpoint* drafter, LaneOptions options
           if (drafter != nullptr) drafter->health.AddLoad(-1);
         };
         m.has_drafter = drafter != nullptr;
+        m.reroute = options_.reroute;
         m.verify_profile = worker->verify_profile.Get();
         if (drafter != nullptr) m.draft_profile = drafter->draft_profile.Get();
         return m;

@@ -16,7 +16,8 @@
 // answers again — the client only sees slower tokens. A malformed drafted
 // tree is a drafter error and a plain step, never the client's fault. If the
 // worker fails, the lane's sequences end with UNAVAILABLE naming the worker;
-// other lanes are untouched.
+// other lanes are untouched. Requests that streamed nothing yet (their worker
+// Open found the group down) go to another group instead (LaneOptions::reroute).
 //
 // Shutdown (or destruction) ends every queued, opening and live request with
 // UNAVAILABLE "server shutting down". Thread-safe.
@@ -62,6 +63,9 @@ struct LaneOptions {
   int64_t max_tree_nodes = 0;  // and against this size (0: no limit)
   ReleaseQueueOptions release_retry;
   int num_rpc_threads = 4;  // the pool for Opens and Releases
+  // StepMachineOptions::reroute: hands a request whose worker Open found the
+  // group down to another group (the coordinator's); null: it fails.
+  std::function<bool(const std::shared_ptr<RequestState>&)> reroute;
 };
 
 // Per-step accounting the lane reports (for benchmarks and metrics).
