@@ -38,6 +38,9 @@ struct RequestResult {
   int32_t steps = 0;
   int32_t drafted_tokens = 0;
   int32_t accepted_tokens = 0;
+  // The load generator cancelled it on purpose after its first token
+  // (LoadOptions::cancel_every); ending CANCELLED is then no error.
+  bool client_cancelled = false;
 };
 
 // Builds a RequestResult's token timings from chunk arrivals.
@@ -69,6 +72,7 @@ Distribution Summarize(std::vector<double> values);
 struct Summary {
   int64_t num_requests = 0;
   int64_t num_ok = 0;
+  int64_t num_client_cancelled = 0;  // cancelled on purpose and ended CANCELLED: no error
   std::map<std::string, int64_t> errors;  // by code name
   double duration_s = 0;
   double request_throughput = 0;  // successful requests / s
