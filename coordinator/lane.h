@@ -92,6 +92,9 @@ class Lane {
   // Live plus waiting sequences.
   int64_t load() const;
   // Requests not yet stepping: queued, or with their worker Open in flight.
+  // Requests their client cancelled, and ended ones, do not count although
+  // the lane thread has not reaped them yet (it may be inside a step): the
+  // admission queue's limit is not taken up by requests nobody waits for.
   int64_t waiting() const;
   WorkerEndpoint* worker() const { return worker_; }
   DrafterEndpoint* drafter() const { return drafter_; }
@@ -124,6 +127,7 @@ class Lane {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;  // the lane thread has ended everything
   int64_t live_count_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t opening_count_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::shared_ptr<RequestState>> opening_ ABSL_GUARDED_BY(mu_);
   int64_t releases_dropped_ ABSL_GUARDED_BY(mu_) = 0;
   LaneStepStats stats_ ABSL_GUARDED_BY(mu_);
 

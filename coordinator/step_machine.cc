@@ -569,6 +569,14 @@ int64_t StepMachine::num_live() const {
   return n;
 }
 
+std::vector<std::shared_ptr<RequestState>> StepMachine::opening_requests() const {
+  std::vector<std::shared_ptr<RequestState>> out;
+  for (const auto& s : seqs_) {
+    if (!s->done && !Stepping(*s)) out.push_back(s->req);
+  }
+  return out;
+}
+
 int64_t StepMachine::num_opening() const {
   int64_t n = 0;
   for (const auto& s : seqs_) n += !s->done && !Stepping(*s);

@@ -248,6 +248,8 @@ class StepMachine {
 
   int64_t num_live() const;     // stepping
   int64_t num_opening() const;  // not ended and not stepping yet: an Open in flight
+  // The requests of those sequences.
+  std::vector<std::shared_ptr<RequestState>> opening_requests() const;
   int64_t size() const { return static_cast<int64_t>(seqs_.size()); }
 
  private:

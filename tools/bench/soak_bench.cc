@@ -351,7 +351,10 @@ int Main() {
   std::atomic<int64_t> done{0}, errors{0};
   options.on_result = [&](const loadgen::RequestResult& r) {
     done.fetch_add(1);
-    if (!r.ok && !(r.client_cancelled && r.code == "CANCELLED")) errors.fetch_add(1);
+    if (!r.ok && !(r.client_cancelled && r.code == "CANCELLED") && errors.fetch_add(1) < 5) {
+      std::fprintf(stderr, "soak_bench: request failed: %s: %s\n", r.code.c_str(),
+                   r.message.c_str());
+    }
   };
   std::printf("soak_bench: %d streams for %.0f s, every %lld-th cancelled after its first token; "
               "drafter %s; service logs in %s\n",

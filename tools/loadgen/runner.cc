@@ -59,6 +59,7 @@ RequestResult RunOne(v1::Generation::Stub* stub, const v1::GenerateRequest& req,
   timeline.Finish(&r);
   r.ok = st.ok();
   r.code = absl::StatusCodeToString(static_cast<absl::StatusCode>(st.error_code()));
+  r.message = st.error_message();
   if (!r.ok && !(r.client_cancelled && st.error_code() == grpc::StatusCode::CANCELLED)) {
     progress->errors.fetch_add(1);
   }

@@ -27,6 +27,7 @@ namespace treespec::loadgen {
 struct RequestResult {
   bool ok = false;
   std::string code = "OK";  // gRPC status code name
+  std::string message;      // the status message when not OK
   double scheduled_s = 0;   // open loop: the Poisson arrival time; closed loop: = start_s
   double start_s = 0;       // sent, since the run started (latencies count from here)
   double ttft_s = -1;       // -1: no token
