@@ -205,12 +205,38 @@ Lane* Coordinator::LaneFor(int worker, int drafter) {
   auto key = std::make_pair(worker, drafter);
   auto it = lanes_.find(key);
   if (it != lanes_.end()) return it->second.get();
+  LaneOptions lane_options = options_.lane;
+  lane_options.reroute = [this, worker, drafter](const std::shared_ptr<RequestState>& request) {
+    return Reroute(request, worker, drafter);
+  };
   auto lane = std::make_unique<Lane>(workers_[worker].get(),
                                      drafter >= 0 ? drafters_[drafter].get() : nullptr,
-                                     options_.lane);
+                                     std::move(lane_options));
   Lane* raw = lane.get();
   lanes_[key] = std::move(lane);
   return raw;
+}
+
+int Coordinator::PickWorker(int except) const {
+  int best = -1;
+  for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
+    if (i == except || !workers_[i]->health.healthy()) continue;
+    if (best < 0 || workers_[i]->health.load() < workers_[best]->health.load()) best = i;
+  }
+  return best;
+}
+
+// Runs on the lane thread of (worker, drafter) after its worker Open failed
+// as a whole; the request has streamed nothing, so any group may serve it.
+bool Coordinator::Reroute(const std::shared_ptr<RequestState>& request, int worker, int drafter) {
+  absl::MutexLock lock(&mu_);
+  if (stop_) return false;
+  const int other = PickWorker(worker);
+  if (other < 0) return false;
+  workers_[other]->health.AddLoad(1);
+  if (drafter >= 0) drafters_[drafter]->health.AddLoad(1);
+  LaneFor(other, drafter)->Add(request);
+  return true;
 }
 
 absl::StatusOr<std::shared_ptr<RequestState>> Coordinator::Submit(
@@ -228,13 +254,7 @@ absl::StatusOr<std::shared_ptr<RequestState>> Coordinator::Submit(
                                                      options_.max_queue, "); retry later"));
   }
   const Clock::time_point now = Clock::now();
-  int best_worker = -1;
-  for (int i = 0; i < static_cast<int>(workers_.size()); ++i) {
-    if (!workers_[i]->health.healthy()) continue;
-    if (best_worker < 0 || workers_[i]->health.load() < workers_[best_worker]->health.load()) {
-      best_worker = i;
-    }
-  }
+  const int best_worker = PickWorker(-1);
   if (best_worker < 0) {
     return absl::UnavailableError("no healthy worker group; retry later");
   }

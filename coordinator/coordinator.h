@@ -87,7 +87,12 @@ class Coordinator : public GaugeSource {
 
  private:
   Coordinator() = default;
-  Lane* LaneFor(int worker, int drafter);
+  Lane* LaneFor(int worker, int drafter) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The least loaded healthy worker group other than `except` (-1: none).
+  int PickWorker(int except) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // LaneOptions::reroute of lane (worker, drafter): re-submits `request` to
+  // the least loaded other healthy group, with the same drafter replica.
+  bool Reroute(const std::shared_ptr<RequestState>& request, int worker, int drafter);
   void ProbeLoop();
 
   CoordinatorOptions options_;

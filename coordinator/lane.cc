@@ -61,6 +61,7 @@ Lane::Lane(WorkerEndpoint* worker, DrafterEndpoint* drafter, LaneOptions options
           if (drafter != nullptr) drafter->health.AddLoad(-1);
         };
         m.has_drafter = drafter != nullptr;
+        m.reroute = options_.reroute;
         m.verify_profile = worker->verify_profile.Get();
         if (drafter != nullptr) m.draft_profile = drafter->draft_profile.Get();
         return m;
@@ -102,7 +103,10 @@ int64_t Lane::load() const {
 
 int64_t Lane::waiting() const {
   absl::MutexLock lock(&mu_);
-  return opening_count_ + static_cast<int64_t>(arrivals_.size());
+  int64_t n = 0;
+  for (const auto& r : arrivals_) n += !r->cancelled();
+  for (const auto& r : opening_) n += !r->cancelled() && !r->finished();
+  return n;
 }
 
 LaneStepStats Lane::stats() const {
@@ -133,6 +137,7 @@ void Lane::Publish() {
   absl::MutexLock lock(&mu_);
   live_count_ = machine_.num_live();
   opening_count_ = machine_.num_opening();
+  opening_ = machine_.opening_requests();
   releases_dropped_ = worker_releases_.dropped() + drafter_releases_.dropped();
 }
 
@@ -164,7 +169,10 @@ void Lane::Iterate() {
     arrivals.assign(arrivals_.begin(), arrivals_.begin() + take);
     arrivals_.erase(arrivals_.begin(), arrivals_.begin() + take);
   }
-  if (!arrivals.empty()) Admit(std::move(arrivals));
+  if (!arrivals.empty()) {
+    Admit(std::move(arrivals));
+    Publish();  // they left arrivals_: count them as opening before the step
+  }
   Reap();
   const Clock::time_point t0 = Clock::now();
   if (drafter_ != nullptr && drafter_->health.MayTry(t0)) {

@@ -16,7 +16,8 @@
 // answers again — the client only sees slower tokens. A malformed drafted
 // tree is a drafter error and a plain step, never the client's fault. If the
 // worker fails, the lane's sequences end with UNAVAILABLE naming the worker;
-// other lanes are untouched.
+// other lanes are untouched. Requests that streamed nothing yet (their worker
+// Open found the group down) go to another group instead (LaneOptions::reroute).
 //
 // Shutdown (or destruction) ends every queued, opening and live request with
 // UNAVAILABLE "server shutting down". Thread-safe.
@@ -62,6 +63,9 @@ struct LaneOptions {
   int64_t max_tree_nodes = 0;  // and against this size (0: no limit)
   ReleaseQueueOptions release_retry;
   int num_rpc_threads = 4;  // the pool for Opens and Releases
+  // StepMachineOptions::reroute: hands a request whose worker Open found the
+  // group down to another group (the coordinator's); null: it fails.
+  std::function<bool(const std::shared_ptr<RequestState>&)> reroute;
 };
 
 // Per-step accounting the lane reports (for benchmarks and metrics).
@@ -88,6 +92,9 @@ class Lane {
   // Live plus waiting sequences.
   int64_t load() const;
   // Requests not yet stepping: queued, or with their worker Open in flight.
+  // Requests their client cancelled, and ended ones, do not count although
+  // the lane thread has not reaped them yet (it may be inside a step): the
+  // admission queue's limit is not taken up by requests nobody waits for.
   int64_t waiting() const;
   WorkerEndpoint* worker() const { return worker_; }
   DrafterEndpoint* drafter() const { return drafter_; }
@@ -120,6 +127,7 @@ class Lane {
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;  // the lane thread has ended everything
   int64_t live_count_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t opening_count_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::shared_ptr<RequestState>> opening_ ABSL_GUARDED_BY(mu_);
   int64_t releases_dropped_ ABSL_GUARDED_BY(mu_) = 0;
   LaneStepStats stats_ ABSL_GUARDED_BY(mu_);
 

@@ -14,6 +14,11 @@ void RequestState::Finish(absl::Status status) {
   status_ = std::move(status);
 }
 
+bool RequestState::finished() const {
+  absl::MutexLock lock(&mu_);
+  return finished_;
+}
+
 bool RequestState::Pop(absl::Duration timeout, v1::GenerateResponse* chunk, bool* done,
                        absl::Status* status) {
   absl::MutexLock lock(&mu_);

@@ -55,6 +55,8 @@ class RequestState {
 
   void Cancel() { cancelled_.store(true); }
   bool cancelled() const { return cancelled_.load(); }
+  // Finish was called (the stream is over, or ends once its chunks are popped).
+  bool finished() const;
 
   // Lane side.
   void Push(v1::GenerateResponse chunk);
@@ -71,7 +73,7 @@ class RequestState {
   const std::optional<Clock::time_point> deadline_;
   const SpanContext trace_;
   std::atomic<bool> cancelled_{false};
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   std::deque<v1::GenerateResponse> chunks_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_);

@@ -160,6 +160,12 @@ void StepMachine::OnWorkerOpened(const std::vector<uint64_t>& ids,
       // Unknown outcome: the worker may have opened it; the id is ours.
       s->worker = Seq::Worker::kFailed;
       s->worker_owned = true;
+      if (!s->done && absl::IsUnavailable(replies.status()) && options_.reroute &&
+          options_.reroute(s->req)) {
+        s->done = true;  // another lane streams it now; Reap releases the id here
+        if (options_.on_finish) options_.on_finish();
+        continue;
+      }
       Finish(s, absl::UnavailableError(absl::StrCat("worker ", options_.worker_name,
                                                     " failed: ", replies.status().message())));
       continue;
@@ -561,6 +567,14 @@ int64_t StepMachine::num_live() const {
   int64_t n = 0;
   for (const auto& s : seqs_) n += Stepping(*s);
   return n;
+}
+
+std::vector<std::shared_ptr<RequestState>> StepMachine::opening_requests() const {
+  std::vector<std::shared_ptr<RequestState>> out;
+  for (const auto& s : seqs_) {
+    if (!s->done && !Stepping(*s)) out.push_back(s->req);
+  }
+  return out;
 }
 
 int64_t StepMachine::num_opening() const {

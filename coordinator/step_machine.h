@@ -26,7 +26,9 @@
 //
 // Failures: drafter failures fall back to root-only steps and the drafter is
 // re-opened later (PlanDrafterOpens); a worker failure ends the sequences of
-// the batch with UNAVAILABLE naming the worker.
+// the batch with UNAVAILABLE naming the worker, except requests that have
+// streamed nothing yet: their failed Open hands them to `reroute` (another
+// worker group), so that only the requests a dead group was serving fail.
 //
 // Drafters that read the target's features (EAGLE heads) need the prompt's,
 // which only the worker's prefill computes: their Open waits for the worker
@@ -93,6 +95,12 @@ struct StepMachineOptions {
   std::string worker_name = "worker";           // in UNAVAILABLE messages
   std::function<uint64_t()> next_sequence_id;   // required; unique across replicas
   std::function<void()> on_finish;              // once per request that ends; may be null
+  // A request whose worker Open failed as a whole with UNAVAILABLE (the
+  // worker group is down; nothing was streamed yet) is offered here before it
+  // is failed: true means another worker group took it (the coordinator
+  // re-submitted it) and this lane drops it without a final status (on_finish
+  // still runs). Null, or false: it ends with UNAVAILABLE naming the worker.
+  std::function<bool(const std::shared_ptr<RequestState>&)> reroute;
   bool has_drafter = true;                      // false: every sequence decodes plainly
   // After a drafter Open fails for a sequence, wait this long before retrying.
   std::chrono::milliseconds drafter_retry{500};
@@ -244,6 +252,8 @@ class StepMachine {
 
   int64_t num_live() const;     // stepping
   int64_t num_opening() const;  // not ended and not stepping yet: an Open in flight
+  // The requests of those sequences.
+  std::vector<std::shared_ptr<RequestState>> opening_requests() const;
   int64_t size() const { return static_cast<int64_t>(seqs_.size()); }
 
  private:

@@ -61,6 +61,10 @@ ABSL_FLAG(int64_t, predraft_max_batch, -1,
 ABSL_FLAG(double, sequence_lease_s, 60,
           "Seconds after its last Open/Draft that a sequence is released (its client is presumed "
           "gone); 0: never");
+ABSL_FLAG(int32_t, debug_draft_delay_ms, 0,
+          "TEST ONLY: every Draft call sleeps this long before drafting (fault injection: a "
+          "drafter slower than the coordinator's --draft_timeout_ms); 0: off. Never set it in "
+          "production");
 ABSL_FLAG(bool, startup_profile, true,
           "Profile the Draft call at start-up (or read the cached profile) and report it to the "
           "coordinator, so that auto trees are planned with the right costs from the first step");
@@ -140,6 +144,10 @@ int Main() {
   }
   options.sequence_lease = absl::Seconds(absl::GetFlag(FLAGS_sequence_lease_s));
   if (absl::Status st = options.Validate(); !st.ok()) return FailService(st);
+  if (absl::GetFlag(FLAGS_debug_draft_delay_ms) < 0) {
+    return FailService(absl::InvalidArgumentError(absl::StrCat(
+        "--debug_draft_delay_ms: ", absl::GetFlag(FLAGS_debug_draft_delay_ms), " is negative")));
+  }
   auto backend = CreateBackend(absl::GetFlag(FLAGS_device));
   if (!backend.ok()) return FailService(backend.status());
   auto drafter = CreateDrafter(options, backend->get());
@@ -159,6 +167,12 @@ int Main() {
                          dir.empty() ? std::string("ngram") : dir.substr(dir.find_last_of('/') + 1));
   v1::DraftCostProfile profile = StartupProfile(drafter->get(), options, backend->get());
   service.SetStartupProfile(std::move(profile), (*drafter)->Stats());
+  if (absl::GetFlag(FLAGS_debug_draft_delay_ms) > 0) {
+    std::cerr << "treespec-drafter: warning: --debug_draft_delay_ms "
+              << absl::GetFlag(FLAGS_debug_draft_delay_ms)
+              << " (test only): every Draft call is delayed" << std::endl;
+    service.SetDebugDraftDelay(std::chrono::milliseconds(absl::GetFlag(FLAGS_debug_draft_delay_ms)));
+  }
   auto obs = StartServiceObservability("treespec-drafter");
   if (!obs.ok()) return FailService(obs.status());
   RegisterDrafterTelemetry(&service, obs->get());

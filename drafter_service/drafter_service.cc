@@ -1,6 +1,7 @@
 #include "drafter_service/drafter_service.h"
 
 #include <chrono>
+#include <thread>
 
 #include "rpc/proto_convert.h"
 #include "rpc/status_convert.h"
@@ -33,6 +34,7 @@ grpc::Status DrafterService::Open(grpc::ServerContext*, const v1::DrafterOpenReq
 
 grpc::Status DrafterService::Draft(grpc::ServerContext*, const v1::DraftRequest* req,
                                    v1::DraftResponse* resp) {
+  if (debug_draft_delay_.count() > 0) std::this_thread::sleep_for(debug_draft_delay_);
   auto t0 = std::chrono::steady_clock::now();
   std::vector<DraftSpec> specs;
   std::vector<absl::Status> bad(req->sequences_size());

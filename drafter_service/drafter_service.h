@@ -2,6 +2,7 @@
 // (drafter.h) and back. No logic of its own.
 #pragma once
 
+#include <chrono>
 #include <string>
 
 #include "drafter_service/drafter.h"
@@ -21,6 +22,11 @@ class DrafterService final : public v1::Drafter::Service {
     baseline_ = after_profile;
   }
 
+  // Test only (--debug_draft_delay_ms): every Draft call waits this long
+  // before drafting, so that tests can make a drafter miss the coordinator's
+  // draft deadline. Call before serving.
+  void SetDebugDraftDelay(std::chrono::milliseconds delay) { debug_draft_delay_ = delay; }
+
   grpc::Status Open(grpc::ServerContext* ctx, const v1::DrafterOpenRequest* req,
                     v1::DrafterOpenResponse* resp) override;
   grpc::Status Draft(grpc::ServerContext* ctx, const v1::DraftRequest* req,
@@ -35,6 +41,7 @@ class DrafterService final : public v1::Drafter::Service {
   std::string model_;
   v1::DraftCostProfile draft_cost_;
   DrafterStats baseline_;
+  std::chrono::milliseconds debug_draft_delay_{0};
 };
 
 }  // namespace treespec

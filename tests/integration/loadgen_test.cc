@@ -107,6 +107,39 @@ TEST_F(LoadgenTest, OpenLoopSpreadsPoissonArrivals) {
   EXPECT_GT(last, 0.05) << "10 arrivals at 40/s take about a quarter of a second";
 }
 
+// --duration_s: the closed loop runs for a time instead of a count (the
+// requests in flight at the end finish); --cancel_every 3: every third
+// request is cancelled after its first token and reported apart.
+TEST_F(LoadgenTest, ClosedLoopForADurationWithClientCancels) {
+  std::string table;
+  json j = Run({"--concurrency", "2", "--duration-s", "1.5", "--num-requests", "100000",
+                "--cancel-every", "3", "--prompts",
+                WritePrompts("long.jsonl", {R"({"token_ids": [5, 9, 17], "max_tokens": 120,)"
+                                            R"( "drafter": "mamba", "ignore_eos": true})"})},
+               &table);
+  ASSERT_TRUE(j.is_object()) << "no JSON report";
+  const json& s = j["summary"];
+  const int n = s["num_requests"].get<int>();
+  EXPECT_GE(n, 3) << "1.5 s of two clients";
+  EXPECT_LT(n, 100000);
+  EXPECT_TRUE(s["errors"].empty()) << s["errors"].dump();
+  EXPECT_EQ(s["num_client_cancelled"].get<int>() + s["num_ok"].get<int>(), n);
+  EXPECT_EQ(s["num_client_cancelled"], n / 3);
+  ASSERT_EQ(j["requests"].size(), static_cast<size_t>(n));
+  for (size_t i = 0; i < j["requests"].size(); ++i) {
+    const json& r = j["requests"][i];
+    EXPECT_EQ(r["client_cancelled"].get<bool>(), i % 3 == 2) << "request " << i;
+    if (!r["client_cancelled"].get<bool>()) {
+      EXPECT_TRUE(r["ok"].get<bool>()) << "request " << i;
+      EXPECT_EQ(r["output_tokens"], 120) << "request " << i;
+    } else {
+      EXPECT_EQ(r["code"], "CANCELLED") << "request " << i;
+      EXPECT_LT(r["output_tokens"].get<int>(), 120) << "request " << i;
+    }
+  }
+  EXPECT_NE(table.find("cancelled by the client"), std::string::npos) << table;
+}
+
 TEST_F(LoadgenTest, ErrorsAreCountedByCode) {
   json j = Run({"--concurrency", "2", "--num-requests", "4", "--prompts",
                 WritePrompts("bad.jsonl",
@@ -121,6 +154,8 @@ TEST_F(LoadgenTest, RejectsBadCommandLines) {
   for (std::vector<std::string> args :
        {std::vector<std::string>{"--num-requests", "2"},
         std::vector<std::string>{"--concurrency", "2", "--rate", "3"},
+        std::vector<std::string>{"--rate", "3", "--duration-s", "5"},
+        std::vector<std::string>{"--concurrency", "2", "--cancel-every", "-1"},
         std::vector<std::string>{"--concurrency", "2", "--prompts", "/nonexistent.jsonl"}}) {
     std::vector<std::string> argv = {BinaryPath("treespec-loadgen"), "--server",
                                      cluster_->coordinator()->address()};

@@ -6,6 +6,7 @@
 // shutdown.
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "coordinator/coordinator.h"
@@ -360,6 +361,47 @@ TEST_F(LaneTest, AdmissionDoesNotStopLiveStreams) {
   EXPECT_EQ(ob.ids, FakeReference({2}, 10));
   a->Cancel();
   EXPECT_EQ(Collect(a.get()).status.code(), absl::StatusCode::kCancelled);
+}
+
+// The admission queue's limit counts requests somebody waits for: one its
+// client cancelled while its Open is in flight frees its place at once, even
+// while the lane thread is inside a long step and has not reaped it yet (a
+// closed-loop client that cancels and sends its next request must not get
+// RESOURCE_EXHAUSTED; found by tools/bench/soak_bench at 256 streams).
+TEST_F(LaneTest, CancelledRequestsFreeTheirQueuePlaceAtOnce) {
+  CoordinatorOptions options;
+  options.max_queue = 2;
+  Start(options);
+  std::shared_ptr<RequestState> live = Submit(Request({1}, 1000));
+  ASSERT_TRUE(live);
+  while (worker_.num_verifies() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  worker_.HoldOpens(true);
+  worker_.verify_delay_ms = 300;  // the lane thread spends its time in Verify
+  absl::Cleanup release = [&] {
+    worker_.verify_delay_ms = 0;
+    worker_.HoldOpens(false);
+  };
+  std::shared_ptr<RequestState> a = Submit(Request({2}, 10));
+  std::shared_ptr<RequestState> b = Submit(Request({3}, 10));
+  ASSERT_TRUE(a && b);
+  // Both admitted (one Open RPC in flight, held) and counted as waiting.
+  ASSERT_TRUE(testing::Eventually(
+      [&] { return worker_.opens_in_flight() == 1 && coordinator_->NumWaiting() == 2; },
+      std::chrono::seconds(5)))
+      << worker_.opens_in_flight() << " opens in flight, " << coordinator_->NumWaiting()
+      << " waiting";
+  auto full = coordinator_->Submit(Request({4}, 10), Clock::now(), std::nullopt);
+  EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted) << full.status();
+  a->Cancel();
+  EXPECT_EQ(coordinator_->NumWaiting(), 1);
+  auto c = coordinator_->Submit(Request({5}, 10), Clock::now(), std::nullopt);
+  EXPECT_TRUE(c.ok()) << "a cancelled request still held its place: " << c.status();
+  std::move(release).Invoke();
+  EXPECT_EQ(Collect(a.get()).status.code(), absl::StatusCode::kCancelled);
+  EXPECT_TRUE(Collect(b.get()).status.ok());
+  if (c.ok()) EXPECT_TRUE(Collect(c->get()).status.ok());
+  live->Cancel();
+  EXPECT_EQ(Collect(live.get()).status.code(), absl::StatusCode::kCancelled);
 }
 
 TEST_F(LaneTest, MalformedDraftIsAPlainStepAndADrafterErrorNeverTheClients) {

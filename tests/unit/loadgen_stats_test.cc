@@ -77,6 +77,29 @@ TEST(LoadgenStatsTest, SummaryCountsGoodputErrorsAndAcceptance) {
   EXPECT_DOUBLE_EQ(j["ttft"]["max_ms"].get<double>(), 500.0);
 }
 
+// A request the load generator cancelled on purpose (--cancel_every) that
+// ended CANCELLED is counted apart, not as an error; ending otherwise, it is.
+TEST(LoadgenStatsTest, ClientCancellationsAreNoErrors) {
+  RequestResult ok;
+  ok.ok = true;
+  ok.output_tokens = 3;
+  RequestResult cancelled;
+  cancelled.code = "CANCELLED";
+  cancelled.client_cancelled = true;
+  RequestResult cancelled_but_failed = cancelled;
+  cancelled_but_failed.code = "UNAVAILABLE";
+  RequestResult cancelled_by_server;
+  cancelled_by_server.code = "CANCELLED";
+  Summary s = Summarize({ok, cancelled, cancelled_but_failed, cancelled_by_server}, 1.0, Slo{});
+  EXPECT_EQ(s.num_requests, 4);
+  EXPECT_EQ(s.num_ok, 1);
+  EXPECT_EQ(s.num_client_cancelled, 1);
+  EXPECT_EQ(s.errors.at("UNAVAILABLE"), 1);
+  EXPECT_EQ(s.errors.at("CANCELLED"), 1) << "a cancel the client did not ask for is an error";
+  EXPECT_EQ(ToJson(s)["num_client_cancelled"], 1);
+  EXPECT_NE(FormatTable(s).find("cancelled by the client"), std::string::npos);
+}
+
 TEST(LoadgenWorkloadTest, JsonlFieldsAndDefaults) {
   RequestDefaults d;
   d.max_tokens = 7;

@@ -182,6 +182,56 @@ TEST_F(StepMachineTest, ReleasesOnlyWhatItOwns) {
   EXPECT_EQ(machine_->size(), 0);
 }
 
+// A worker Open that failed as a whole with UNAVAILABLE (the group is down)
+// offers the request to `reroute` before failing it: taken, it leaves this
+// machine without a final status (another lane streams it) and its id is
+// still released here; refused, or another failure code, it fails.
+TEST(StepMachineRerouteTest, UnavailableOpenIsReroutedBeforeItFails) {
+  std::vector<std::shared_ptr<RequestState>> offered;
+  bool take = true;
+  int finished = 0;
+  uint64_t next_id = 10;
+  StepMachineOptions o;
+  o.next_sequence_id = [&] { return next_id++; };
+  o.on_finish = [&] { finished += 1; };
+  o.worker_name = "w0";
+  o.has_drafter = false;
+  o.reroute = [&](const std::shared_ptr<RequestState>& r) {
+    offered.push_back(r);
+    return take;
+  };
+  StepMachine m(o);
+  auto req = [] {
+    GenerationRequest g;
+    g.prompt = {1, 2};
+    g.max_tokens = 5;
+    g.drafter = "none";
+    return std::make_shared<RequestState>(g, Clock::now(), std::nullopt);
+  };
+  auto a = req(), b = req(), c = req();
+  m.Admit({a, b, c}, Clock::now(), false);
+  m.OnWorkerOpened({10}, absl::UnavailableError("connection refused"), Clock::now());
+  take = false;
+  m.OnWorkerOpened({11}, absl::UnavailableError("connection refused"), Clock::now());
+  m.OnWorkerOpened({12}, absl::DeadlineExceededError("open timed out"), Clock::now());
+  ASSERT_EQ(offered.size(), 2u) << "only UNAVAILABLE failures are offered";
+  EXPECT_EQ(offered[0], a);
+  EXPECT_EQ(offered[1], b);
+  EXPECT_EQ(finished, 3);
+  v1::GenerateResponse chunk;
+  bool done = false;
+  absl::Status st;
+  EXPECT_FALSE(a->Pop(absl::ZeroDuration(), &chunk, &done, &st));
+  EXPECT_FALSE(done) << "a rerouted request gets no final status from this lane";
+  EXPECT_FALSE(b->Pop(absl::ZeroDuration(), &chunk, &done, &st));
+  ASSERT_TRUE(done);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(st.message().find("worker w0"), std::string::npos) << st;
+  StepMachine::Released rel = m.Reap(Clock::now());
+  EXPECT_EQ(rel.worker, (std::vector<uint64_t>{10, 11, 12})) << "outcomes unknown: ids are ours";
+  EXPECT_EQ(m.size(), 0);
+}
+
 TEST_F(StepMachineTest, CancelledWhileOpeningIsKeptUntilTheOpenReturns) {
   auto r = Req({1}, 5);
   machine_->Admit({r}, Clock::now(), true);

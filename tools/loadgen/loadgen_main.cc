@@ -19,7 +19,13 @@
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "Coordinator address HOST:PORT");
 ABSL_FLAG(int32_t, concurrency, 0, "Closed loop: this many clients, each one request at a time");
 ABSL_FLAG(double, rate, 0, "Open loop: Poisson arrivals at this many requests per second");
-ABSL_FLAG(int64_t, num_requests, 100, "Requests to send in all");
+ABSL_FLAG(int64_t, num_requests, 100, "Requests to send in all (with --duration_s: at most)");
+ABSL_FLAG(double, duration_s, 0,
+          "Closed loop: start no new request after this many seconds (in-flight ones finish); "
+          "0: run --num_requests");
+ABSL_FLAG(int64_t, cancel_every, 0,
+          "Cancel every Nth request right after its first token (client-side cancellation; not "
+          "counted as an error); 0: none");
 ABSL_FLAG(std::string, prompts, "",
           "JSONL workload (prompt or token_ids, max_tokens, temperature, drafter, tree, ...); "
           "empty: a built-in set of text prompts");
@@ -49,6 +55,8 @@ int Main() {
   options.concurrency = absl::GetFlag(FLAGS_concurrency);
   options.rate = absl::GetFlag(FLAGS_rate);
   options.num_requests = absl::GetFlag(FLAGS_num_requests);
+  options.duration_s = absl::GetFlag(FLAGS_duration_s);
+  options.cancel_every = absl::GetFlag(FLAGS_cancel_every);
   options.seed = absl::GetFlag(FLAGS_seed);
   options.timeout_s = absl::GetFlag(FLAGS_timeout_s);
   options.progress_interval_s = absl::GetFlag(FLAGS_progress_interval_s);
@@ -111,6 +119,8 @@ int Main() {
                    {"concurrency", options.concurrency},
                    {"rate", options.rate},
                    {"num_requests", options.num_requests},
+                   {"duration_s", options.duration_s},
+                   {"cancel_every", options.cancel_every},
                    {"prompts", absl::GetFlag(FLAGS_prompts)},
                    {"slo_ttft_ms", slo.ttft_ms},
                    {"slo_tpot_ms", slo.tpot_ms},
@@ -120,6 +130,7 @@ int Main() {
     nlohmann::json reqs = nlohmann::json::array();
     for (const RequestResult& r : run->results) {
       reqs.push_back({{"ok", r.ok},
+                      {"client_cancelled", r.client_cancelled},
                       {"code", r.code},
                       {"scheduled_s", r.scheduled_s},
                       {"start_s", r.start_s},

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,7 +20,16 @@ namespace treespec::loadgen {
 struct LoadOptions {
   int concurrency = 0;   // closed loop when > 0
   double rate = 0;       // open loop (requests / s) when > 0
-  int64_t num_requests = 100;
+  int64_t num_requests = 100;  // with duration_s: at most this many
+  // Closed loop: clients start no new request after this many seconds (the
+  // ones in flight finish); 0: run num_requests.
+  double duration_s = 0;
+  // Every cancel_every-th request (k > 0) is cancelled by its client right
+  // after its first token (ClientContext::TryCancel); 0: none.
+  int64_t cancel_every = 0;
+  // Called once per finished request, from the client threads (must be
+  // thread-safe); null: none.
+  std::function<void(const RequestResult&)> on_result;
   uint64_t seed = 1;     // Poisson arrivals
   double timeout_s = 600;
   double progress_interval_s = 1.0;  // 0: quiet

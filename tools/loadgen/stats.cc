@@ -61,6 +61,10 @@ Summary Summarize(const std::vector<RequestResult>& results, double duration_s, 
   int64_t steps = 0, accepted = 0, drafted = 0;
   for (const RequestResult& r : results) {
     s.num_requests += 1;
+    if (!r.ok && r.client_cancelled && r.code == "CANCELLED") {
+      s.num_client_cancelled += 1;
+      continue;
+    }
     if (!r.ok) {
       s.errors[r.code] += 1;
       continue;
@@ -110,6 +114,7 @@ nlohmann::json ToJson(const Summary& s) {
   for (const auto& [code, n] : s.errors) errors[code] = n;
   return {{"num_requests", s.num_requests},
           {"num_ok", s.num_ok},
+          {"num_client_cancelled", s.num_client_cancelled},
           {"errors", errors},
           {"duration_s", s.duration_s},
           {"request_throughput", s.request_throughput},
@@ -136,6 +141,9 @@ std::string FormatTable(const Summary& s) {
   out += DistRow("end-to-end", s.e2e_s);
   out += absl::StrFormat("  %-30s %d of %d ok in %.2f s\n", "requests", s.num_ok, s.num_requests,
                          s.duration_s);
+  if (s.num_client_cancelled > 0) {
+    out += absl::StrFormat("  %-30s %d\n", "cancelled by the client", s.num_client_cancelled);
+  }
   for (const auto& [code, n] : s.errors) {
     out += absl::StrFormat("  %-30s %d\n", "errors " + code, n);
   }

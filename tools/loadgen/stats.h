@@ -27,6 +27,7 @@ namespace treespec::loadgen {
 struct RequestResult {
   bool ok = false;
   std::string code = "OK";  // gRPC status code name
+  std::string message;      // the status message when not OK
   double scheduled_s = 0;   // open loop: the Poisson arrival time; closed loop: = start_s
   double start_s = 0;       // sent, since the run started (latencies count from here)
   double ttft_s = -1;       // -1: no token
@@ -38,6 +39,9 @@ struct RequestResult {
   int32_t steps = 0;
   int32_t drafted_tokens = 0;
   int32_t accepted_tokens = 0;
+  // The load generator cancelled it on purpose after its first token
+  // (LoadOptions::cancel_every); ending CANCELLED is then no error.
+  bool client_cancelled = false;
 };
 
 // Builds a RequestResult's token timings from chunk arrivals.
@@ -69,6 +73,7 @@ Distribution Summarize(std::vector<double> values);
 struct Summary {
   int64_t num_requests = 0;
   int64_t num_ok = 0;
+  int64_t num_client_cancelled = 0;  // cancelled on purpose and ended CANCELLED: no error
   std::map<std::string, int64_t> errors;  // by code name
   double duration_s = 0;
   double request_throughput = 0;  // successful requests / s
