@@ -22,7 +22,7 @@ int64_t Tensor::numel() const {
 Tensor Tensor::Host(DType dtype, Shape shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
-  size_t bytes = static_cast<size_t>(n) * DTypeSize(dtype);
+  size_t bytes = DTypeBytes(dtype, n);
   size_t alloc = (bytes + 63) / 64 * 64;
   if (alloc == 0) alloc = 64;
   void* p = std::aligned_alloc(64, alloc);
@@ -45,7 +45,7 @@ Tensor Tensor::Rows(int64_t begin, int64_t end) const {
   for (int i = 1; i < rank(); ++i) row *= shape_[i];
   Shape s = shape_;
   s[0] = end - begin;
-  char* base = static_cast<char*>(data_) + begin * row * DTypeSize(dtype_);
+  char* base = static_cast<char*>(data_) + DTypeBytes(dtype_, begin * row);
   return Tensor(dtype_, std::move(s), device_, storage_, base);
 }
 

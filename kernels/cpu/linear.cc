@@ -63,14 +63,12 @@ __attribute__((target("avx2,fma"), always_inline)) inline void TileAvx2(const fl
 }
 
 __attribute__((target("avx2,fma"))) void LinearAvx2(const float* x, const float* w, int T,
-                                                    int K, int N, float* out, int threads) {
+                                                    int K, int N, int n0, int n1, float* out) {
   // Weight rows per block: about 16 KiB, so a block stays in L1 while every
   // row of x passes over it.
   const int kNB = std::max(2, (16 << 10) / std::max(1, K * 4)) & ~1;
-#pragma omp parallel for schedule(static) num_threads(threads) \
-    if (threads > 1 && static_cast<int64_t>(N) * K * T > (1 << 19))
-  for (int nb = 0; nb < N; nb += kNB) {
-    const int ne = std::min(N, nb + kNB);
+  for (int nb = n0; nb < n1; nb += kNB) {
+    const int ne = std::min(n1, nb + kNB);
     int t = 0;
     for (; t + 4 <= T; t += 4) {
       int n = nb;
@@ -100,8 +98,8 @@ __attribute__((target("avx2,fma"))) void LinearAvx2(const float* x, const float*
 // ---- portable path (same invariance, no SIMD requirement) --------------------
 void LinearPortable(const float* x, const float* w, int T, int K, int N, float* out,
                     int threads) {
-#pragma omp parallel for schedule(static) num_threads(threads) \
-    if (threads > 1 && static_cast<int64_t>(N) * K * T > (1 << 19))
+  const int parts = LinearParts(T, K, N, threads);
+#pragma omp parallel for schedule(static) num_threads(parts) if (parts > 1)
   for (int n = 0; n < N; ++n) {
     const float* wr = w + static_cast<int64_t>(n) * K;
     for (int t = 0; t < T; ++t) {
@@ -128,7 +126,20 @@ bool HaveAvx2Fma() {
 void Linear(const float* x, const float* w, int T, int K, int N, float* out, int threads) {
   if (T == 0 || N == 0) return;
   if (HaveAvx2Fma()) {
-    LinearAvx2(x, w, T, K, N, out, threads);
+    // Threads split the output columns (ranges of 16), never K, so the
+    // thread count does not change any element's summation order.
+    const int parts = LinearParts(T, K, N, threads);
+    if (parts <= 1) {
+      LinearAvx2(x, w, T, K, N, 0, N, out);
+      return;
+    }
+#pragma omp parallel for schedule(static) num_threads(parts)
+    for (int p = 0; p < parts; ++p) {
+      const int n0 = static_cast<int>(static_cast<int64_t>(N) * p / parts) & ~15;
+      const int n1 =
+          p + 1 == parts ? N : static_cast<int>(static_cast<int64_t>(N) * (p + 1) / parts) & ~15;
+      LinearAvx2(x, w, T, K, N, n0, n1, out);
+    }
   } else {
     LinearPortable(x, w, T, K, N, out, threads);
   }

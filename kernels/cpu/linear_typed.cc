@@ -1,0 +1,264 @@
+// Batch-invariant out = x · wᵀ with f32 activations and weights kept in memory
+// as f16, bf16 or ggml quantised blocks (Q8_0, Q4_0, Q4_1): 2× to 6× fewer
+// bytes per decode step than f32 weights.
+//
+// Weights are dequantised in registers (a 32-element chunk at a time: f16 by
+// vcvtph2ps, bf16 by a 16-bit shift, quantised blocks by widening the int8 /
+// nibble codes and scaling) and multiplied with the f32 activations by f32
+// FMAs. We chose this over llama.cpp's scheme (quantise the activations to
+// Q8 blocks and use integer dot products) because it adds no activation
+// rounding: the result equals the f32 product with the dequantised matrix up
+// to float summation order, so the f32 goldens' tolerances still apply and
+// greedy outputs match the dequantised f32 model's. Decode is memory-bound,
+// where the bytes saved are what counts; prefill pays a few more ALU ops per
+// weight, amortised over a tile of 4 activation rows.
+//
+// Batch invariance (linear.cc's header): every output element is one dot
+// product in one fixed order — 16 lane accumulators walked over the chunks of
+// K in order (a masked, zero-filled tail for K not a multiple of 16), then a
+// fixed reduction tree — whatever tile it falls in, the number of rows T or
+// the thread that computes it. Threads split the output columns only.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cpu/dense_ops.h"
+#include "kernels/cpu/quant_blocks.h"
+
+// GCC 12 warns about the undefined pass-through operand inside the AVX-512
+// intrinsic headers themselves (a known false positive).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace treespec::cpu {
+namespace {
+
+#define TS_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,f16c,fma")))
+
+// ---- chunk decoders: 32 weights of one row → two zmm -------------------------
+// `k` is the chunk's first element, `K` the row length (16-bit types mask the
+// tail; quantised rows are whole blocks).
+struct F16W {
+  TS_AVX512 static inline void Decode(const uint8_t* row, int k, int K, __m512* w) {
+    const uint16_t* p = reinterpret_cast<const uint16_t*>(row) + k;
+    for (int s = 0; s < 2; ++s) {
+      const int left = K - k - 16 * s;
+      const __mmask16 m = left >= 16 ? 0xffff : left <= 0 ? 0 : (1u << left) - 1;
+      w[s] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p + 16 * s));
+    }
+  }
+};
+
+struct BF16W {
+  TS_AVX512 static inline void Decode(const uint8_t* row, int k, int K, __m512* w) {
+    const uint16_t* p = reinterpret_cast<const uint16_t*>(row) + k;
+    for (int s = 0; s < 2; ++s) {
+      const int left = K - k - 16 * s;
+      const __mmask16 m = left >= 16 ? 0xffff : left <= 0 ? 0 : (1u << left) - 1;
+      const __m512i u = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p + 16 * s));
+      w[s] = _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+    }
+  }
+};
+
+TS_AVX512 inline float HalfAt(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+struct Q8_0W {
+  TS_AVX512 static inline void Decode(const uint8_t* row, int k, int, __m512* w) {
+    const uint8_t* b = row + (k / 32) * 34;
+    const __m512 d = _mm512_set1_ps(HalfAt(b));
+    for (int s = 0; s < 2; ++s) {
+      const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 + 16 * s));
+      w[s] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)));
+    }
+  }
+};
+
+struct Q4_0W {
+  TS_AVX512 static inline void Decode(const uint8_t* row, int k, int, __m512* w) {
+    const uint8_t* b = row + (k / 32) * 18;
+    const __m512 d = _mm512_set1_ps(HalfAt(b));
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
+    const __m128i lo = _mm_and_si128(q, _mm_set1_epi8(0x0f));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0f));
+    const __m512i eight = _mm512_set1_epi32(8);
+    w[0] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(lo), eight)));
+    w[1] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(hi), eight)));
+  }
+};
+
+struct Q4_1W {
+  TS_AVX512 static inline void Decode(const uint8_t* row, int k, int, __m512* w) {
+    const uint8_t* b = row + (k / 32) * 20;
+    const __m512 d = _mm512_set1_ps(HalfAt(b)), m = _mm512_set1_ps(HalfAt(b + 2));
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 4));
+    const __m128i lo = _mm_and_si128(q, _mm_set1_epi8(0x0f));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0f));
+    w[0] = _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo))), m);
+    w[1] = _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi))), m);
+  }
+};
+
+// Fixed reduction tree of the 16 lanes.
+TS_AVX512 inline float Reduce16(__m512 v) {
+  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v),
+                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 0x55));
+  return _mm_cvtss_f32(s);
+}
+
+// TR activation rows × NR weight rows; every (i, j) pair sees the same
+// sequence of FMAs whatever TR and NR are.
+template <class W, int TR, int NR>
+TS_AVX512 __attribute__((always_inline)) inline void Tile(const float* x, const uint8_t* w,
+                                                          size_t row_bytes, int K, int64_t ldo,
+                                                          float* out) {
+  __m512 acc[TR][NR];
+#pragma GCC unroll 8
+  for (int i = 0; i < TR; ++i)
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
+  for (int k = 0; k < K; k += 32) {
+    __m512 wv[NR][2];
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) W::Decode(w + j * row_bytes, k, K, wv[j]);
+#pragma GCC unroll 8
+    for (int i = 0; i < TR; ++i) {
+      const float* xr = x + static_cast<int64_t>(i) * K + k;
+#pragma GCC unroll 2
+      for (int s = 0; s < 2; ++s) {
+        const int left = K - k - 16 * s;
+        const __mmask16 m = left >= 16 ? 0xffff : left <= 0 ? 0 : (1u << left) - 1;
+        const __m512 xv = _mm512_maskz_loadu_ps(m, xr + 16 * s);
+#pragma GCC unroll 8
+        for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_fmadd_ps(xv, wv[j][s], acc[i][j]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < TR; ++i)
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) out[i * ldo + j] = Reduce16(acc[i][j]);
+}
+
+// Output columns [n0, n1) for all T rows, weight rows walked in blocks that
+// stay in L1 while every row of x passes over them.
+template <class W>
+TS_AVX512 void Columns(const float* x, const uint8_t* w, size_t row_bytes, int T, int K, int N,
+                       int n0, int n1, float* out) {
+  const int nb_rows = std::max<int>(4, static_cast<int>((24 << 10) / std::max<size_t>(1, row_bytes)));
+  for (int nb = n0; nb < n1; nb += nb_rows) {
+    const int ne = std::min(n1, nb + nb_rows);
+    int t = 0;
+    for (; t + 4 <= T; t += 4) {
+      const float* xt = x + static_cast<int64_t>(t) * K;
+      float* ot = out + static_cast<int64_t>(t) * N;
+      int n = nb;
+      for (; n + 2 <= ne; n += 2) Tile<W, 4, 2>(xt, w + n * row_bytes, row_bytes, K, N, ot + n);
+      for (; n < ne; ++n) Tile<W, 4, 1>(xt, w + n * row_bytes, row_bytes, K, N, ot + n);
+    }
+    for (; t < T; ++t) {
+      const float* xt = x + static_cast<int64_t>(t) * K;
+      float* ot = out + static_cast<int64_t>(t) * N;
+      int n = nb;
+      for (; n + 4 <= ne; n += 4) Tile<W, 1, 4>(xt, w + n * row_bytes, row_bytes, K, N, ot + n);
+      for (; n < ne; ++n) Tile<W, 1, 1>(xt, w + n * row_bytes, row_bytes, K, N, ot + n);
+    }
+  }
+}
+
+template <class W>
+void RunAvx512(const float* x, const uint8_t* w, size_t row_bytes, int T, int K, int N,
+               float* out, int threads) {
+  // Column ranges of 16 (a multiple of every tile width), split evenly.
+  const int parts = LinearParts(T, K, N, threads);
+  if (parts <= 1) {
+    Columns<W>(x, w, row_bytes, T, K, N, 0, N, out);
+    return;
+  }
+#pragma omp parallel for schedule(static) num_threads(parts)
+  for (int p = 0; p < parts; ++p) {
+    const int n0 = static_cast<int>(static_cast<int64_t>(N) * p / parts) & ~15;
+    const int n1 = p + 1 == parts ? N : static_cast<int>(static_cast<int64_t>(N) * (p + 1) / parts) & ~15;
+    Columns<W>(x, w, row_bytes, T, K, N, n0, n1, out);
+  }
+}
+
+bool HaveAvx512() {
+  static const bool have = __builtin_cpu_supports("avx512f") &&
+                           __builtin_cpu_supports("avx512bw") &&
+                           __builtin_cpu_supports("avx512vl") &&
+                           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("f16c") &&
+                           __builtin_cpu_supports("fma");
+  return have;
+}
+
+}  // namespace
+
+int LinearParts(int T, int K, int N, int threads) {
+  // A fork/join costs a few microseconds; split only when each thread gets
+  // at least ~64K multiply-adds and 16 columns.
+  const int64_t work = static_cast<int64_t>(T) * K * N;
+  int parts = static_cast<int>(std::min<int64_t>(threads, work / (1 << 16)));
+  parts = std::min(parts, N / 16);
+  return std::max(parts, 1);
+}
+
+void LinearTypedPortable(const float* x, const void* w, DType wtype, int T, int K, int N,
+                         float* out, int threads) {
+  const int parts = LinearParts(T, K, N, threads);
+#pragma omp parallel num_threads(parts) if (parts > 1)
+  {
+    std::vector<float> row(K);
+#pragma omp for schedule(static)
+    for (int n = 0; n < N; ++n) {
+      DecodeRow(wtype, w, n, K, row.data());
+      for (int t = 0; t < T; ++t) {
+        const float* xr = x + static_cast<int64_t>(t) * K;
+        float acc[16] = {};
+        for (int k = 0; k < K; ++k) acc[k & 15] += xr[k] * row[k];
+        float s = 0.0f;
+        for (int h = 8; h >= 1; h /= 2) {
+          for (int j = 0; j < h; ++j) acc[j] += acc[j + h];
+        }
+        s = acc[0];
+        out[static_cast<int64_t>(t) * N + n] = s;
+      }
+    }
+  }
+}
+
+bool LinearTypedHasSimd(DType wtype) {
+  return HaveAvx512() && wtype != DType::kF32;
+}
+
+void LinearTyped(const float* x, const void* w, DType wtype, int T, int K, int N, float* out,
+                 int threads) {
+  if (T == 0 || N == 0) return;
+  if (wtype == DType::kF32) {
+    Linear(x, static_cast<const float*>(w), T, K, N, out, threads);
+    return;
+  }
+  if (!HaveAvx512()) {
+    LinearTypedPortable(x, w, wtype, T, K, N, out, threads);
+    return;
+  }
+  const uint8_t* wb = static_cast<const uint8_t*>(w);
+  const size_t rb = DTypeBytes(wtype, K);
+  switch (wtype) {
+    case DType::kF16: RunAvx512<F16W>(x, wb, rb, T, K, N, out, threads); break;
+    case DType::kBF16: RunAvx512<BF16W>(x, wb, rb, T, K, N, out, threads); break;
+    case DType::kQ8_0: RunAvx512<Q8_0W>(x, wb, rb, T, K, N, out, threads); break;
+    case DType::kQ4_0: RunAvx512<Q4_0W>(x, wb, rb, T, K, N, out, threads); break;
+    case DType::kQ4_1: RunAvx512<Q4_1W>(x, wb, rb, T, K, N, out, threads); break;
+    default: LinearTypedPortable(x, w, wtype, T, K, N, out, threads); break;
+  }
+}
+
+}  // namespace treespec::cpu
