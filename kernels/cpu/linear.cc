@@ -41,7 +41,15 @@ __attribute__((target("avx2,fma"), always_inline)) inline void TileAvx2(const fl
   for (int k = 0; k < K8; k += 8) {
     __m256 wv[NR];
 #pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) wv[j] = _mm256_loadu_ps(w + static_cast<int64_t>(j) * K + k);
+    for (int j = 0; j < NR; ++j) {
+      // Rows are short; fetch the same part of the next tile's rows ahead of
+      // the hardware prefetcher (one line per 16 floats).
+      if ((k & 15) == 0) {
+        _mm_prefetch(reinterpret_cast<const char*>(w + static_cast<int64_t>(j + NR) * K + k),
+                     _MM_HINT_T0);
+      }
+      wv[j] = _mm256_loadu_ps(w + static_cast<int64_t>(j) * K + k);
+    }
 #pragma GCC unroll 8
     for (int i = 0; i < TR; ++i) {
       const __m256 xv = _mm256_loadu_ps(x + static_cast<int64_t>(i) * K + k);

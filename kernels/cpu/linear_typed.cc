@@ -38,24 +38,31 @@ namespace {
 // ---- chunk decoders: 32 weights of one row → two zmm -------------------------
 // `k` is the chunk's first element, `K` the row length (16-bit types mask the
 // tail; quantised rows are whole blocks).
+// The masks m[2] select the valid elements of the chunk's two halves (all
+// ones except in a 16-bit row's tail chunk, where kTail is set).
+template <bool kTail>
+TS_AVX512 inline __m256i Load16x16(const uint16_t* p, __mmask16 m) {
+  if (kTail) return _mm256_maskz_loadu_epi16(m, p);
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
 struct F16W {
-  TS_AVX512 static inline void Decode(const uint8_t* row, int k, int K, __m512* w) {
+  static constexpr size_t kChunkBytes = 64;
+  template <bool kTail>
+  TS_AVX512 static inline void Decode(const uint8_t* row, int k, const __mmask16* m, __m512* w) {
     const uint16_t* p = reinterpret_cast<const uint16_t*>(row) + k;
-    for (int s = 0; s < 2; ++s) {
-      const int left = K - k - 16 * s;
-      const __mmask16 m = left >= 16 ? 0xffff : left <= 0 ? 0 : (1u << left) - 1;
-      w[s] = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p + 16 * s));
-    }
+    w[0] = _mm512_cvtph_ps(Load16x16<kTail>(p, m[0]));
+    w[1] = _mm512_cvtph_ps(Load16x16<kTail>(p + 16, m[1]));
   }
 };
 
 struct BF16W {
-  TS_AVX512 static inline void Decode(const uint8_t* row, int k, int K, __m512* w) {
+  static constexpr size_t kChunkBytes = 64;
+  template <bool kTail>
+  TS_AVX512 static inline void Decode(const uint8_t* row, int k, const __mmask16* m, __m512* w) {
     const uint16_t* p = reinterpret_cast<const uint16_t*>(row) + k;
     for (int s = 0; s < 2; ++s) {
-      const int left = K - k - 16 * s;
-      const __mmask16 m = left >= 16 ? 0xffff : left <= 0 ? 0 : (1u << left) - 1;
-      const __m512i u = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p + 16 * s));
+      const __m512i u = _mm512_cvtepu16_epi32(Load16x16<kTail>(p + 16 * s, m[s]));
       w[s] = _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
     }
   }
@@ -68,7 +75,9 @@ TS_AVX512 inline float HalfAt(const uint8_t* p) {
 }
 
 struct Q8_0W {
-  TS_AVX512 static inline void Decode(const uint8_t* row, int k, int, __m512* w) {
+  static constexpr size_t kChunkBytes = 34;
+  template <bool kTail>
+  TS_AVX512 static inline void Decode(const uint8_t* row, int k, const __mmask16*, __m512* w) {
     const uint8_t* b = row + (k / 32) * 34;
     const __m512 d = _mm512_set1_ps(HalfAt(b));
     for (int s = 0; s < 2; ++s) {
@@ -79,7 +88,9 @@ struct Q8_0W {
 };
 
 struct Q4_0W {
-  TS_AVX512 static inline void Decode(const uint8_t* row, int k, int, __m512* w) {
+  static constexpr size_t kChunkBytes = 18;
+  template <bool kTail>
+  TS_AVX512 static inline void Decode(const uint8_t* row, int k, const __mmask16*, __m512* w) {
     const uint8_t* b = row + (k / 32) * 18;
     const __m512 d = _mm512_set1_ps(HalfAt(b));
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2));
@@ -92,7 +103,9 @@ struct Q4_0W {
 };
 
 struct Q4_1W {
-  TS_AVX512 static inline void Decode(const uint8_t* row, int k, int, __m512* w) {
+  static constexpr size_t kChunkBytes = 20;
+  template <bool kTail>
+  TS_AVX512 static inline void Decode(const uint8_t* row, int k, const __mmask16*, __m512* w) {
     const uint8_t* b = row + (k / 32) * 20;
     const __m512 d = _mm512_set1_ps(HalfAt(b)), m = _mm512_set1_ps(HalfAt(b + 2));
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 4));
@@ -113,6 +126,37 @@ TS_AVX512 inline float Reduce16(__m512 v) {
   return _mm_cvtss_f32(s);
 }
 
+// Byte offset of the chunk at element k within a row.
+template <class W>
+inline size_t DTypeBytesPerChunk(int k) { return static_cast<size_t>(k / 32) * W::kChunkBytes; }
+
+// One 32-element chunk at k: acc[i][j] += x[i][k..k+32) · w[j][k..k+32) lane-wise.
+template <class W, int TR, int NR, bool kTail>
+TS_AVX512 __attribute__((always_inline)) inline void Chunk(const float* x, const uint8_t* w,
+                                                           size_t row_bytes, int K, int k,
+                                                           const __mmask16* m,
+                                                           __m512 (&acc)[TR][NR]) {
+  __m512 wv[NR][2];
+#pragma GCC unroll 8
+  for (int j = 0; j < NR; ++j) {
+    // Rows are short (a few hundred bytes): the hardware prefetcher does not
+    // ramp up within one, so fetch the same chunk of the next tile's rows.
+    _mm_prefetch(reinterpret_cast<const char*>(w + (j + NR) * row_bytes) +
+                     DTypeBytesPerChunk<W>(k), _MM_HINT_T0);
+    W::template Decode<kTail>(w + j * row_bytes, k, m, wv[j]);
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < TR; ++i) {
+    const float* xr = x + static_cast<int64_t>(i) * K + k;
+#pragma GCC unroll 2
+    for (int s = 0; s < 2; ++s) {
+      const __m512 xv = kTail ? _mm512_maskz_loadu_ps(m[s], xr + 16 * s) : _mm512_loadu_ps(xr + 16 * s);
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_fmadd_ps(xv, wv[j][s], acc[i][j]);
+    }
+  }
+}
+
 // TR activation rows × NR weight rows; every (i, j) pair sees the same
 // sequence of FMAs whatever TR and NR are.
 template <class W, int TR, int NR>
@@ -124,22 +168,17 @@ TS_AVX512 __attribute__((always_inline)) inline void Tile(const float* x, const 
   for (int i = 0; i < TR; ++i)
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
-  for (int k = 0; k < K; k += 32) {
-    __m512 wv[NR][2];
-#pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) W::Decode(w + j * row_bytes, k, K, wv[j]);
-#pragma GCC unroll 8
-    for (int i = 0; i < TR; ++i) {
-      const float* xr = x + static_cast<int64_t>(i) * K + k;
-#pragma GCC unroll 2
-      for (int s = 0; s < 2; ++s) {
-        const int left = K - k - 16 * s;
-        const __mmask16 m = left >= 16 ? 0xffff : left <= 0 ? 0 : (1u << left) - 1;
-        const __m512 xv = _mm512_maskz_loadu_ps(m, xr + 16 * s);
-#pragma GCC unroll 8
-        for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_fmadd_ps(xv, wv[j][s], acc[i][j]);
-      }
+  const __mmask16 full[2] = {0xffff, 0xffff};
+  const int K32 = K & ~31;
+  for (int k = 0; k < K32; k += 32) Chunk<W, TR, NR, false>(x, w, row_bytes, K, k, full, acc);
+  if (K32 < K) {
+    // The 16-bit types' tail: zero-filled lanes add nothing to any element.
+    __mmask16 m[2];
+    for (int s = 0; s < 2; ++s) {
+      const int left = K - K32 - 16 * s;
+      m[s] = left >= 16 ? 0xffff : left <= 0 ? 0 : static_cast<__mmask16>((1u << left) - 1);
     }
+    Chunk<W, TR, NR, true>(x, w, row_bytes, K, K32, m, acc);
   }
 #pragma GCC unroll 8
   for (int i = 0; i < TR; ++i)
