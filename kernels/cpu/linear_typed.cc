@@ -1,6 +1,7 @@
 // Batch-invariant out = x · wᵀ with f32 activations and weights kept in memory
-// as f16, bf16 or ggml quantised blocks (Q8_0, Q4_0, Q4_1): 2× to 6× fewer
-// bytes per decode step than f32 weights.
+// as f32, f16, bf16 or ggml quantised blocks (Q8_0, Q4_0, Q4_1): 2× to 6×
+// fewer bytes per decode step than f32 weights. On CPUs without AVX-512, f32
+// goes to linear.cc's AVX2 kernel and the rest to a portable loop.
 //
 // Weights are dequantised in registers (a 32-element chunk at a time: f16 by
 // vcvtph2ps, bf16 by a 16-bit shift, quantised blocks by widening the int8 /
@@ -45,6 +46,16 @@ TS_AVX512 inline __m256i Load16x16(const uint16_t* p, __mmask16 m) {
   if (kTail) return _mm256_maskz_loadu_epi16(m, p);
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
+
+struct F32W {
+  static constexpr size_t kChunkBytes = 128;
+  template <bool kTail>
+  TS_AVX512 static inline void Decode(const uint8_t* row, int k, const __mmask16* m, __m512* w) {
+    const float* p = reinterpret_cast<const float*>(row) + k;
+    w[0] = kTail ? _mm512_maskz_loadu_ps(m[0], p) : _mm512_loadu_ps(p);
+    w[1] = kTail ? _mm512_maskz_loadu_ps(m[1], p + 16) : _mm512_loadu_ps(p + 16);
+  }
+};
 
 struct F16W {
   static constexpr size_t kChunkBytes = 64;
@@ -273,15 +284,13 @@ void LinearTypedPortable(const float* x, const void* w, DType wtype, int T, int 
   }
 }
 
-bool LinearTypedHasSimd(DType wtype) {
-  return HaveAvx512() && wtype != DType::kF32;
-}
+bool LinearTypedHasSimd(DType wtype) { return HaveAvx512(); }
 
 void LinearTyped(const float* x, const void* w, DType wtype, int T, int K, int N, float* out,
                  int threads) {
   if (T == 0 || N == 0) return;
-  if (wtype == DType::kF32) {
-    Linear(x, static_cast<const float*>(w), T, K, N, out, threads);
+  if (wtype == DType::kF32 && !HaveAvx512()) {
+    Linear(x, static_cast<const float*>(w), T, K, N, out, threads);  // AVX2 or portable
     return;
   }
   if (!HaveAvx512()) {
@@ -291,6 +300,7 @@ void LinearTyped(const float* x, const void* w, DType wtype, int T, int K, int N
   const uint8_t* wb = static_cast<const uint8_t*>(w);
   const size_t rb = DTypeBytes(wtype, K);
   switch (wtype) {
+    case DType::kF32: RunAvx512<F32W>(x, wb, rb, T, K, N, out, threads); break;
     case DType::kF16: RunAvx512<F16W>(x, wb, rb, T, K, N, out, threads); break;
     case DType::kBF16: RunAvx512<BF16W>(x, wb, rb, T, K, N, out, threads); break;
     case DType::kQ8_0: RunAvx512<Q8_0W>(x, wb, rb, T, K, N, out, threads); break;

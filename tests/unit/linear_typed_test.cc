@@ -1,4 +1,4 @@
-// LinearTyped (kernels/cpu/linear_typed.cc): f16, bf16, Q8_0, Q4_0 and Q4_1
+// LinearTyped (kernels/cpu/linear_typed.cc): f32, f16, bf16, Q8_0, Q4_0 and Q4_1
 // weight matrices against the f32 product with the dequantised matrix, and
 // batch invariance — a row computed alone equals the same row inside a batch,
 // and 1 thread equals 2, bit for bit — on the SIMD path (where this CPU has
@@ -26,6 +26,11 @@ std::vector<uint8_t> RandomMatrix(DType type, int N, int K, std::mt19937* rng) {
   std::vector<uint8_t> w(DTypeBytes(type, static_cast<int64_t>(N) * K));
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::uniform_int_distribution<int> byte(0, 255);
+  if (type == DType::kF32) {
+    float* p = reinterpret_cast<float*>(w.data());
+    for (int64_t i = 0; i < static_cast<int64_t>(N) * K; ++i) p[i] = 0.1f * u(*rng);
+    return w;
+  }
   if (type == DType::kF16 || type == DType::kBF16) {
     uint16_t* p = reinterpret_cast<uint16_t*>(w.data());
     for (int64_t i = 0; i < static_cast<int64_t>(N) * K; ++i) {
@@ -53,7 +58,7 @@ struct Case {
 };
 
 // K = 100 gives the 16-bit paths a masked tail; quantised rows are whole blocks.
-const Case kCases[] = {{DType::kF16, 100}, {DType::kBF16, 100}, {DType::kF16, 256},
+const Case kCases[] = {{DType::kF32, 100}, {DType::kF32, 256}, {DType::kF16, 100}, {DType::kBF16, 100}, {DType::kF16, 256},
                        {DType::kQ8_0, 96},  {DType::kQ4_0, 96},  {DType::kQ4_1, 160}};
 
 void CheckKernel(Kernel kernel, const char* path) {
@@ -97,7 +102,9 @@ void CheckKernel(Kernel kernel, const char* path) {
 }
 
 TEST(LinearTypedTest, SimdPathMatchesDequantisedF32AndIsBatchInvariant) {
-  if (!cpu::LinearTypedHasSimd(DType::kF16)) GTEST_SKIP() << "no AVX-512 on this CPU";
+  if (!cpu::LinearTypedHasSimd(DType::kF16)) {
+    GTEST_SKIP() << "no AVX-512 on this CPU (f32 then takes linear.cc's AVX2 kernel)";
+  }
   CheckKernel(&cpu::LinearTyped, "simd");
 }
 
