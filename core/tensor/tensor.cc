@@ -1,5 +1,7 @@
 #include "core/tensor/tensor.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -23,10 +25,17 @@ Tensor Tensor::Host(DType dtype, Shape shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   size_t bytes = DTypeBytes(dtype, n);
-  size_t alloc = (bytes + 63) / 64 * 64;
+  // Large buffers (weights, KV pools) get 2 MiB alignment and transparent
+  // huge pages where the kernel grants them on request (THP "madvise"): a
+  // decode step streams every weight, and 4 KiB pages would miss the TLB on
+  // most of them.
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t align = bytes >= kHuge ? kHuge : 64;
+  size_t alloc = (bytes + align - 1) / align * align;
   if (alloc == 0) alloc = 64;
-  void* p = std::aligned_alloc(64, alloc);
+  void* p = std::aligned_alloc(align, alloc);
   TS_CHECK(p != nullptr);
+  if (align == kHuge) madvise(p, alloc, MADV_HUGEPAGE);  // advice only; failure is harmless
   std::memset(p, 0, alloc);
   std::shared_ptr<void> storage(p, [](void* q) { std::free(q); });
   return Tensor(dtype, std::move(shape), DeviceKind::kCpu, storage, p);

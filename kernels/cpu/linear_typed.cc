@@ -152,8 +152,10 @@ TS_AVX512 __attribute__((always_inline)) inline void Chunk(const float* x, const
   for (int j = 0; j < NR; ++j) {
     // Rows are short (a few hundred bytes): the hardware prefetcher does not
     // ramp up within one, so fetch the same chunk of the next tile's rows.
-    _mm_prefetch(reinterpret_cast<const char*>(w + (j + NR) * row_bytes) +
-                     DTypeBytesPerChunk<W>(k), _MM_HINT_T0);
+    const char* ahead =
+        reinterpret_cast<const char*>(w + (j + 3 * NR) * row_bytes) + DTypeBytesPerChunk<W>(k);
+    _mm_prefetch(ahead, _MM_HINT_T0);
+    if (W::kChunkBytes > 64) _mm_prefetch(ahead + 64, _MM_HINT_T0);
     W::template Decode<kTail>(w + j * row_bytes, k, m, wv[j]);
   }
 #pragma GCC unroll 8
