@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "core/tensor/dtype.h"
 
@@ -29,6 +30,9 @@ void LinearTypedPortable(const float* x, const void* w, DType wtype, int T, int 
 bool LinearTypedHasSimd(DType wtype);
 // How many threads (<= `threads`) a [T, K] x [N, K] product is split over.
 int LinearParts(int T, int K, int N, int threads);
+// Calls fn(n0, n1) for ranges of output columns covering [0, N) (starts at
+// multiples of 16), over up to LinearParts threads (kernels/cpu/thread_pool.h).
+void ColumnChunks(int T, int K, int N, int threads, const std::function<void(int, int)>& fn);
 // in: b [N]; inout: x [T, N] += b per row.
 void AddBias(float* x, const float* b, int T, int N);
 // inout: x [T, W]; heads [h0, h0 + n) of Dh columns per row are RMS-normalised

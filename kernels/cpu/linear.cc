@@ -106,22 +106,22 @@ __attribute__((target("avx2,fma"))) void LinearAvx2(const float* x, const float*
 // ---- portable path (same invariance, no SIMD requirement) --------------------
 void LinearPortable(const float* x, const float* w, int T, int K, int N, float* out,
                     int threads) {
-  const int parts = LinearParts(T, K, N, threads);
-#pragma omp parallel for schedule(static) num_threads(parts) if (parts > 1)
-  for (int n = 0; n < N; ++n) {
-    const float* wr = w + static_cast<int64_t>(n) * K;
-    for (int t = 0; t < T; ++t) {
-      const float* xr = x + static_cast<int64_t>(t) * K;
-      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      const int K8 = K & ~7;
-      for (int k = 0; k < K8; k += 8) {
-        for (int j = 0; j < 8; ++j) acc[j] += xr[k + j] * wr[k + j];
+  ColumnChunks(T, K, N, threads, [&](int n0, int n1) {
+    for (int n = n0; n < n1; ++n) {
+      const float* wr = w + static_cast<int64_t>(n) * K;
+      for (int t = 0; t < T; ++t) {
+        const float* xr = x + static_cast<int64_t>(t) * K;
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        const int K8 = K & ~7;
+        for (int k = 0; k < K8; k += 8) {
+          for (int j = 0; j < 8; ++j) acc[j] += xr[k + j] * wr[k + j];
+        }
+        float s = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+        for (int k = K8; k < K; ++k) s += xr[k] * wr[k];
+        out[static_cast<int64_t>(t) * N + n] = s;
       }
-      float s = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
-      for (int k = K8; k < K; ++k) s += xr[k] * wr[k];
-      out[static_cast<int64_t>(t) * N + n] = s;
     }
-  }
+  });
 }
 
 bool HaveAvx2Fma() {
@@ -136,18 +136,8 @@ void Linear(const float* x, const float* w, int T, int K, int N, float* out, int
   if (HaveAvx2Fma()) {
     // Threads split the output columns (ranges of 16), never K, so the
     // thread count does not change any element's summation order.
-    const int parts = LinearParts(T, K, N, threads);
-    if (parts <= 1) {
-      LinearAvx2(x, w, T, K, N, 0, N, out);
-      return;
-    }
-#pragma omp parallel for schedule(static) num_threads(parts)
-    for (int p = 0; p < parts; ++p) {
-      const int n0 = static_cast<int>(static_cast<int64_t>(N) * p / parts) & ~15;
-      const int n1 =
-          p + 1 == parts ? N : static_cast<int>(static_cast<int64_t>(N) * (p + 1) / parts) & ~15;
-      LinearAvx2(x, w, T, K, N, n0, n1, out);
-    }
+    ColumnChunks(T, K, N, threads,
+                 [&](int n0, int n1) { LinearAvx2(x, w, T, K, N, n0, n1, out); });
   } else {
     LinearPortable(x, w, T, K, N, out, threads);
   }

@@ -18,14 +18,17 @@
 // product in one fixed order — 16 lane accumulators walked over the chunks of
 // K in order (a masked, zero-filled tail for K not a multiple of 16), then a
 // fixed reduction tree — whatever tile it falls in, the number of rows T or
-// the thread that computes it. Threads split the output columns only.
+// the thread that computes it. Threads split the output columns only
+// (ColumnChunks over kernels/cpu/thread_pool.h).
 #include <immintrin.h>
 
 #include <algorithm>
+#include <functional>
 #include <vector>
 
 #include "kernels/cpu/dense_ops.h"
 #include "kernels/cpu/quant_blocks.h"
+#include "kernels/cpu/thread_pool.h"
 
 // GCC 12 warns about the undefined pass-through operand inside the AVX-512
 // intrinsic headers themselves (a known false positive).
@@ -228,18 +231,9 @@ TS_AVX512 void Columns(const float* x, const uint8_t* w, size_t row_bytes, int T
 template <class W>
 void RunAvx512(const float* x, const uint8_t* w, size_t row_bytes, int T, int K, int N,
                float* out, int threads) {
-  // Column ranges of 16 (a multiple of every tile width), split evenly.
-  const int parts = LinearParts(T, K, N, threads);
-  if (parts <= 1) {
-    Columns<W>(x, w, row_bytes, T, K, N, 0, N, out);
-    return;
-  }
-#pragma omp parallel for schedule(static) num_threads(parts)
-  for (int p = 0; p < parts; ++p) {
-    const int n0 = static_cast<int>(static_cast<int64_t>(N) * p / parts) & ~15;
-    const int n1 = p + 1 == parts ? N : static_cast<int>(static_cast<int64_t>(N) * (p + 1) / parts) & ~15;
+  ColumnChunks(T, K, N, threads, [&](int n0, int n1) {
     Columns<W>(x, w, row_bytes, T, K, N, n0, n1, out);
-  }
+  });
 }
 
 bool HaveAvx512() {
@@ -254,7 +248,7 @@ bool HaveAvx512() {
 }  // namespace
 
 int LinearParts(int T, int K, int N, int threads) {
-  // A fork/join costs a few microseconds; split only when each thread gets
+  // A hand-off costs a few microseconds; split only when each thread gets
   // at least ~64K multiply-adds and 16 columns.
   const int64_t work = static_cast<int64_t>(T) * K * N;
   int parts = static_cast<int>(std::min<int64_t>(threads, work / (1 << 16)));
@@ -262,28 +256,42 @@ int LinearParts(int T, int K, int N, int threads) {
   return std::max(parts, 1);
 }
 
+void ColumnChunks(int T, int K, int N, int threads, const std::function<void(int, int)>& fn) {
+  const int parts = LinearParts(T, K, N, threads);
+  if (parts <= 1) {
+    fn(0, N);
+    return;
+  }
+  // Up to 4 chunks per thread (>= 32K multiply-adds each) so that a thread
+  // the OS deschedules holds back little; ranges of 16 columns.
+  const int64_t work = static_cast<int64_t>(T) * K * N;
+  const int chunks = static_cast<int>(
+      std::max<int64_t>(parts, std::min<int64_t>({4 * parts, work / (1 << 15), N / 16})));
+  ParallelChunks(parts, chunks, [&](int c) {
+    const int n0 = static_cast<int>(static_cast<int64_t>(N) * c / chunks) & ~15;
+    const int n1 =
+        c + 1 == chunks ? N : static_cast<int>(static_cast<int64_t>(N) * (c + 1) / chunks) & ~15;
+    if (n0 < n1) fn(n0, n1);
+  });
+}
+
 void LinearTypedPortable(const float* x, const void* w, DType wtype, int T, int K, int N,
                          float* out, int threads) {
-  const int parts = LinearParts(T, K, N, threads);
-#pragma omp parallel num_threads(parts) if (parts > 1)
-  {
+  ColumnChunks(T, K, N, threads, [&](int n0, int n1) {
     std::vector<float> row(K);
-#pragma omp for schedule(static)
-    for (int n = 0; n < N; ++n) {
+    for (int n = n0; n < n1; ++n) {
       DecodeRow(wtype, w, n, K, row.data());
       for (int t = 0; t < T; ++t) {
         const float* xr = x + static_cast<int64_t>(t) * K;
         float acc[16] = {};
         for (int k = 0; k < K; ++k) acc[k & 15] += xr[k] * row[k];
-        float s = 0.0f;
         for (int h = 8; h >= 1; h /= 2) {
           for (int j = 0; j < h; ++j) acc[j] += acc[j + h];
         }
-        s = acc[0];
-        out[static_cast<int64_t>(t) * N + n] = s;
+        out[static_cast<int64_t>(t) * N + n] = acc[0];
       }
     }
-  }
+  });
 }
 
 bool LinearTypedHasSimd(DType wtype) { return HaveAvx512(); }
