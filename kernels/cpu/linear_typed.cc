@@ -140,6 +140,9 @@ TS_AVX512 inline float Reduce16(__m512 v) {
   return _mm_cvtss_f32(s);
 }
 
+// How far ahead of the chunk being read its weight stream is prefetched.
+constexpr size_t kPrefetchBytes = 16 << 10;
+
 // Byte offset of the chunk at element k within a row.
 template <class W>
 inline size_t DTypeBytesPerChunk(int k) { return static_cast<size_t>(k / 32) * W::kChunkBytes; }
@@ -153,10 +156,10 @@ TS_AVX512 __attribute__((always_inline)) inline void Chunk(const float* x, const
   __m512 wv[NR][2];
 #pragma GCC unroll 8
   for (int j = 0; j < NR; ++j) {
-    // Rows are short (a few hundred bytes): the hardware prefetcher does not
-    // ramp up within one, so fetch the same chunk of the next tile's rows.
-    const char* ahead =
-        reinterpret_cast<const char*>(w + (j + 3 * NR) * row_bytes) + DTypeBytesPerChunk<W>(k);
+    // The matrix is one contiguous stream; fetch 16 KiB ahead of it (the
+    // hardware prefetcher alone reached about half the plain read bandwidth).
+    const char* ahead = reinterpret_cast<const char*>(w + j * row_bytes) +
+                        DTypeBytesPerChunk<W>(k) + kPrefetchBytes;
     _mm_prefetch(ahead, _MM_HINT_T0);
     if (W::kChunkBytes > 64) _mm_prefetch(ahead + 64, _MM_HINT_T0);
     W::template Decode<kTail>(w + j * row_bytes, k, m, wv[j]);
@@ -221,9 +224,9 @@ TS_AVX512 void Columns(const float* x, const uint8_t* w, size_t row_bytes, int T
     for (; t < T; ++t) {
       const float* xt = x + static_cast<int64_t>(t) * K;
       float* ot = out + static_cast<int64_t>(t) * N;
-      int n = nb;
-      for (; n + 4 <= ne; n += 4) Tile<W, 1, 4>(xt, w + n * row_bytes, row_bytes, K, N, ot + n);
-      for (; n < ne; ++n) Tile<W, 1, 1>(xt, w + n * row_bytes, row_bytes, K, N, ot + n);
+      // One weight row at a time: a single sequential stream reads cold
+      // weights ~1.5x faster than several interleaved rows (decode, T = 1).
+      for (int n = nb; n < ne; ++n) Tile<W, 1, 1>(xt, w + n * row_bytes, row_bytes, K, N, ot + n);
     }
   }
 }
