@@ -14,8 +14,8 @@
 //       --gguf /tmp/target-f16.gguf --threads 1,2 --rounds 3  (one line)
 //   build/bin/cpu_bench --model ../shared/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf
 //
-// --dtype picks the weight storage of treespec's CPU backend ("cpu:T:<dtype>";
-// empty: the checkpoint's own). tools/bench/build_llama_cpp.sh builds
+// --dtype picks the weight storage of treespec's CPU backend ("cpu:T:<dtype>",
+// docs/cpu_engine.md; "auto" keeps GGUF quantised matrices quantised). tools/bench/build_llama_cpp.sh builds
 // llama-bench outside the repository.
 #include <algorithm>
 #include <chrono>
@@ -40,7 +40,9 @@
 
 ABSL_FLAG(std::string, model, "", "HF model directory or .gguf file (treespec side)");
 ABSL_FLAG(std::string, gguf, "", "GGUF of the same weights for llama.cpp (default: --model if .gguf)");
-ABSL_FLAG(std::string, dtype, "", "treespec weight storage: f32, f16, bf16 (empty: as stored)");
+ABSL_FLAG(std::string, dtype, "",
+          "treespec weight storage: f32, f16, bf16 or auto (as stored, GGUF Q8_0/Q4_0/Q4_1 kept "
+          "quantised); empty: the backend's default (f32)");
 ABSL_FLAG(std::string, threads, "1,2", "Comma-separated thread counts");
 ABSL_FLAG(int32_t, decode, 64, "Tokens generated per decode measurement");
 ABSL_FLAG(int32_t, prefill, 64, "Prompt tokens of the prefill measurement");
@@ -187,6 +189,45 @@ void Fail(const absl::Status& s) {
   std::exit(1);
 }
 
+void PrintTable(const std::string& model, const std::string& gguf, const std::string& lb,
+                bool with_llama, const std::vector<int>& threads,
+                const std::vector<std::vector<Speeds>>& ts,
+                const std::vector<std::vector<Speeds>>& lc) {
+  const int n = absl::GetFlag(FLAGS_decode), p = absl::GetFlag(FLAGS_prefill);
+  const int rounds = absl::GetFlag(FLAGS_rounds);
+  std::printf("model %s  treespec dtype %s  decode %d tokens (batch 1, greedy)  prefill %d tokens"
+              "  rounds %d (medians)\n",
+              model.c_str(), absl::GetFlag(FLAGS_dtype).empty() ? "default (f32)"
+                                                               : absl::GetFlag(FLAGS_dtype).c_str(),
+              n, p, rounds);
+  if (with_llama) std::printf("llama.cpp: %s on %s\n", lb.c_str(), gguf.c_str());
+  std::printf("\n%-8s %-8s %14s %14s %8s\n", "threads", "phase", "treespec tok/s",
+              "llama.cpp tok/s", "ratio");
+  auto med = [](const std::vector<Speeds>& v, bool dec) {
+    std::vector<double> x;
+    for (const Speeds& s : v) x.push_back(dec ? s.decode : s.prefill);
+    return Median(x);
+  };
+  for (size_t i = 0; i < threads.size(); ++i) {
+    for (bool dec : {true, false}) {
+      const double a = med(ts[i], dec);
+      if (with_llama) {
+        const double b = med(lc[i], dec);
+        std::printf("%-8d %-8s %14.1f %15.1f %7.2fx\n", threads[i], dec ? "decode" : "prefill", a,
+                    b, a / b);
+      } else {
+        std::printf("%-8d %-8s %14.1f %15s %8s\n", threads[i], dec ? "decode" : "prefill", a, "-",
+                    "-");
+      }
+    }
+  }
+  if (threads.size() > 1) {
+    std::printf("\nscaling (treespec, %d threads / %d):  decode %.2fx  prefill %.2fx\n",
+                threads.back(), threads.front(), med(ts.back(), true) / med(ts.front(), true),
+                med(ts.back(), false) / med(ts.front(), false));
+  }
+}
+
 int Main() {
   const std::string model = absl::GetFlag(FLAGS_model);
   if (model.empty()) Fail(absl::InvalidArgumentError("--model is required"));
@@ -236,37 +277,7 @@ int Main() {
       }
     }
   }
-  std::printf("model %s  treespec dtype %s  decode %d tokens (batch 1, greedy)  prefill %d tokens"
-              "  rounds %d (medians)\n",
-              model.c_str(), absl::GetFlag(FLAGS_dtype).empty() ? "as stored"
-                                                               : absl::GetFlag(FLAGS_dtype).c_str(),
-              n, p, rounds);
-  if (with_llama) std::printf("llama.cpp: %s on %s\n", lb.c_str(), gguf.c_str());
-  std::printf("\n%-8s %-8s %14s %14s %8s\n", "threads", "phase", "treespec tok/s",
-              "llama.cpp tok/s", "ratio");
-  auto med = [](const std::vector<Speeds>& v, bool dec) {
-    std::vector<double> x;
-    for (const Speeds& s : v) x.push_back(dec ? s.decode : s.prefill);
-    return Median(x);
-  };
-  for (size_t i = 0; i < threads.size(); ++i) {
-    for (bool dec : {true, false}) {
-      const double a = med(ts[i], dec);
-      if (with_llama) {
-        const double b = med(lc[i], dec);
-        std::printf("%-8d %-8s %14.1f %15.1f %7.2fx\n", threads[i], dec ? "decode" : "prefill", a,
-                    b, a / b);
-      } else {
-        std::printf("%-8d %-8s %14.1f %15s %8s\n", threads[i], dec ? "decode" : "prefill", a, "-",
-                    "-");
-      }
-    }
-  }
-  if (threads.size() > 1) {
-    std::printf("\nscaling (treespec, %d threads / %d):  decode %.2fx  prefill %.2fx\n",
-                threads.back(), threads.front(), med(ts.back(), true) / med(ts.front(), true),
-                med(ts.back(), false) / med(ts.front(), false));
-  }
+  PrintTable(model, gguf, lb, with_llama, threads, ts, lc);
   return 0;
 }
 
