@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention_ops.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace treespec::cpu {
 namespace {
@@ -50,11 +51,29 @@ bool HaveAvx2Fma() {
   return have;
 }
 
+// The key slots token t (sequence s) may attend, in position order.
+void VisibleSlots(const AttentionBatch& batch, int s, int t, std::vector<int64_t>* slots) {
+  const int i = t - batch.query_start[s];
+  const int ctx = batch.context_lens[s];
+  const int qpos = ctx + batch.TailDepth(s, batch.prior_lens[s] + i);
+  slots->clear();
+  for (int p = 0; p < ctx; ++p) {
+    if (batch.InWindow(qpos, p)) slots->push_back(batch.Slot(s, p));
+  }
+  for (int j = 0; j < batch.tail_len(s); ++j) {
+    if (batch.Sees(s, i, j) && batch.InWindow(qpos, ctx + batch.TailDepth(s, j))) {
+      slots->push_back(batch.Slot(s, ctx + j));
+    }
+  }
+}
+
 }  // namespace
 
 // Each (token, head) pair is independent. Keys are visited in position order
 // (committed prefix, then the visible tail tokens), so a tree node computes
 // exactly the same float operations as the same token decoded on its own.
+// Threads take chunks of (token, range of heads); which thread computes a
+// pair does not change it.
 void Attention(const float* q, const float* k_cache, const float* v_cache,
                const AttentionBatch& batch, int H, int Hkv, int Dh, float scale,
                float* out, int threads) {
@@ -71,50 +90,39 @@ void Attention(const float* q, const float* k_cache, const float* v_cache,
   for (int s = 0; s < batch.num_seqs; ++s) {
     work += static_cast<int64_t>(batch.num_new(s)) * (batch.context_lens[s] + batch.tail_len(s));
   }
-#pragma omp parallel num_threads(threads) if (threads > 1 && work * H * Dh > (1 << 21))
-  {
-    std::vector<int64_t> slots;
-    std::vector<float> scores;
-#pragma omp for schedule(dynamic, 1)
-    for (int t = 0; t < T; ++t) {
-      const int s = token_seq[t];
-      const int i = t - batch.query_start[s];
-      const int ctx = batch.context_lens[s];
-      const int qpos = ctx + batch.TailDepth(s, batch.prior_lens[s] + i);
-      slots.clear();
-      for (int p = 0; p < ctx; ++p) {
-        if (batch.InWindow(qpos, p)) slots.push_back(batch.Slot(s, p));
+  // Split when each thread gets >= ~32K multiply-adds; with fewer tokens
+  // than threads (decode), split the heads too.
+  const int parts = threads > 1 && work * H * Dh * 2 >= (int64_t{1} << 15) * threads ? threads : 1;
+  const int hsplit = T >= 2 * parts ? 1 : std::min(H, 2 * parts);
+  ParallelChunks(parts, T * hsplit, [&](int c) {
+    thread_local std::vector<int64_t> slots;
+    thread_local std::vector<float> scores;
+    const int t = c / hsplit, hp = c % hsplit;
+    VisibleSlots(batch, token_seq[t], t, &slots);
+    scores.resize(slots.size());
+    for (int h = H * hp / hsplit; h < H * (hp + 1) / hsplit; ++h) {
+      const int g = h / group;
+      const float* qh = q + (static_cast<int64_t>(t) * H + h) * Dh;
+      float mx = -INFINITY;
+      for (size_t k = 0; k < slots.size(); ++k) {
+        const float* kh = k_cache + (slots[k] * Hkv + g) * Dh;
+        scores[k] = dot_fn(qh, kh, Dh) * scale;
+        mx = std::max(mx, scores[k]);
       }
-      for (int j = 0; j < batch.tail_len(s); ++j) {
-        if (batch.Sees(s, i, j) && batch.InWindow(qpos, ctx + batch.TailDepth(s, j))) {
-          slots.push_back(batch.Slot(s, ctx + j));
-        }
+      float sum = 0.0f;
+      for (size_t k = 0; k < slots.size(); ++k) {
+        scores[k] = std::exp(scores[k] - mx);
+        sum += scores[k];
       }
-      scores.resize(slots.size());
-      for (int h = 0; h < H; ++h) {
-        const int g = h / group;
-        const float* qh = q + (static_cast<int64_t>(t) * H + h) * Dh;
-        float mx = -INFINITY;
-        for (size_t k = 0; k < slots.size(); ++k) {
-          const float* kh = k_cache + (slots[k] * Hkv + g) * Dh;
-          scores[k] = dot_fn(qh, kh, Dh) * scale;
-          mx = std::max(mx, scores[k]);
-        }
-        float sum = 0.0f;
-        for (size_t k = 0; k < slots.size(); ++k) {
-          scores[k] = std::exp(scores[k] - mx);
-          sum += scores[k];
-        }
-        float inv = 1.0f / sum;
-        float* oh = out + (static_cast<int64_t>(t) * H + h) * Dh;
-        for (int d = 0; d < Dh; ++d) oh[d] = 0.0f;
-        for (size_t k = 0; k < slots.size(); ++k) {
-          const float* vh = v_cache + (slots[k] * Hkv + g) * Dh;
-          axpy_fn(scores[k] * inv, vh, oh, Dh);
-        }
+      float inv = 1.0f / sum;
+      float* oh = out + (static_cast<int64_t>(t) * H + h) * Dh;
+      for (int d = 0; d < Dh; ++d) oh[d] = 0.0f;
+      for (size_t k = 0; k < slots.size(); ++k) {
+        const float* vh = v_cache + (slots[k] * Hkv + g) * Dh;
+        axpy_fn(scores[k] * inv, vh, oh, Dh);
       }
     }
-  }
+  });
 }
 
 }  // namespace treespec::cpu
