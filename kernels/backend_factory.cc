@@ -16,12 +16,30 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& spec) 
   std::vector<std::string> parts = absl::StrSplit(spec, ':');
   if (parts[0] == "cpu") {
     int threads = 1;
-    if (parts.size() > 2 || (parts.size() == 2 && (!absl::SimpleAtoi(parts[1], &threads) ||
-                                                    threads < 1 || threads > 256))) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--device: bad device '", spec, "' (expected cpu or cpu:THREADS)"));
+    CpuWeights weights = CpuWeights::kF32;
+    auto bad = [&](const std::string& why) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--device: bad device '", spec, "': ", why,
+          " (expected cpu[:THREADS][:f32|f16|bf16|auto])"));
+    };
+    for (size_t i = 1; i < parts.size(); ++i) {
+      const std::string& p = parts[i];
+      if (p == "f32") {
+        weights = CpuWeights::kF32;
+      } else if (p == "f16" || p == "fp16") {
+        weights = CpuWeights::kF16;
+      } else if (p == "bf16") {
+        weights = CpuWeights::kBF16;
+      } else if (p == "auto") {
+        weights = CpuWeights::kAuto;
+      } else if (i != 1) {
+        return bad(absl::StrCat("unknown weight type '", p, "'"));
+      } else if (!absl::SimpleAtoi(p, &threads) || threads < 1 || threads > 256) {
+        return bad(absl::StrCat("threads '", p, "' is not in [1, 256]"));
+      }
     }
-    return CreateCpuBackend(threads);
+    if (parts.size() > 3) return bad("too many fields");
+    return CreateCpuBackend(threads, weights);
   }
   if (parts[0] == "cuda") {
     int index = 0;

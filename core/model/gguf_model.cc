@@ -195,8 +195,58 @@ void UnpermuteQK(float* data, int64_t num_heads, int64_t head_dim, int64_t cols)
   }
 }
 
+namespace {
+
+// The DType a ggml tensor type maps to unchanged, if any.
+bool PlainDType(GgmlType type, DType* out) {
+  switch (type) {
+    case GgmlType::kF32: *out = DType::kF32; return true;
+    case GgmlType::kF16: *out = DType::kF16; return true;
+    case GgmlType::kBF16: *out = DType::kBF16; return true;
+    case GgmlType::kQ8_0: *out = DType::kQ8_0; return true;
+    case GgmlType::kQ4_0: *out = DType::kQ4_0; return true;
+    case GgmlType::kQ4_1: *out = DType::kQ4_1; return true;
+    default: return false;
+  }
+}
+
+// The tensor's bytes as stored (a matrix the backend keeps in its own type),
+// Q/K rows un-permuted as whole rows of blocks.
+TensorInfo KeepRaw(const std::shared_ptr<const GgufFile>& file, const GgufTensor& t, DType d,
+                   int64_t permute_heads, int64_t head_dim) {
+  TensorInfo info;
+  info.dtype = d;
+  if (permute_heads == 0) {
+    info.data = t.data;
+    info.nbytes = t.nbytes;
+    info.mapping = file;
+    return info;
+  }
+  auto buf = std::make_shared<OwnedBuffer>();
+  buf->bytes.assign(t.data, t.data + t.nbytes);
+  const size_t row = DTypeBytes(d, t.shape[1]);
+  const int64_t half = head_dim / 2;
+  std::vector<uint8_t> tmp(head_dim * row);
+  for (int64_t h = 0; h < permute_heads; ++h) {
+    uint8_t* head = reinterpret_cast<uint8_t*>(buf->bytes.data()) + h * head_dim * row;
+    for (int64_t i = 0; i < half; ++i) {
+      for (int64_t j = 0; j < 2; ++j) {
+        std::memcpy(&tmp[(j * half + i) * row], head + (2 * i + j) * row, row);
+      }
+    }
+    std::memcpy(head, tmp.data(), tmp.size());
+  }
+  info.data = reinterpret_cast<const uint8_t*>(buf->bytes.data());
+  info.nbytes = buf->bytes.size();
+  info.mapping = buf;
+  return info;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Checkpoint>> GgufCheckpoint(
-    const std::shared_ptr<const GgufFile>& file, const LlamaConfig& config, DType dtype) {
+    const std::shared_ptr<const GgufFile>& file, const LlamaConfig& config, DType dtype,
+    const Backend* keep_for) {
   if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16) {
     return absl::InvalidArgumentError(
         absl::StrCat("GGUF weights can be loaded as F32, F16 or BF16, not ", DTypeName(dtype)));
@@ -217,6 +267,16 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> GgufCheckpoint(
           absl::StrCat(file->path(), ": tensor '", t.name, "' has shape ", ShapeString(t.shape),
                        ", expected [", permute_heads * config.head_dim, ", *] (", permute_heads,
                        " heads of ", config.head_dim, ")"));
+    }
+    DType stored;
+    if (keep_for != nullptr && t.shape.size() == 2 && PlainDType(t.type, &stored) &&
+        keep_for->WeightDType(stored) == stored) {
+      TensorInfo info = KeepRaw(file, t, stored, permute_heads, config.head_dim);
+      info.name = hf;
+      info.file = file->path();
+      info.shape = t.shape;
+      tensors.emplace(hf, std::move(info));
+      continue;
     }
     TensorInfo info;
     info.name = hf;
@@ -257,11 +317,12 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> GgufCheckpoint(
   return Checkpoint::FromTensors(file->path(), std::move(tensors));
 }
 
-absl::StatusOr<GgufModel> OpenGgufModel(const std::string& path, DType dtype) {
+absl::StatusOr<GgufModel> OpenGgufModel(const std::string& path, DType dtype,
+                                        const Backend* keep_for) {
   GgufModel m;
   TS_ASSIGN_OR_RETURN(m.file, GgufFile::Open(path));
   TS_ASSIGN_OR_RETURN(m.config, GgufModelConfig(*m.file));
-  TS_ASSIGN_OR_RETURN(m.checkpoint, GgufCheckpoint(m.file, m.config.llama, dtype));
+  TS_ASSIGN_OR_RETURN(m.checkpoint, GgufCheckpoint(m.file, m.config.llama, dtype, keep_for));
   return m;
 }
 
@@ -270,7 +331,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LoadGgufLlamaModel(const std::string
                                                                Communicator* comm) {
   const DType act = backend->activation_dtype();
   const DType dtype = (act == DType::kF16 || act == DType::kBF16) ? act : DType::kF32;
-  TS_ASSIGN_OR_RETURN(GgufModel m, OpenGgufModel(path, dtype));
+  TS_ASSIGN_OR_RETURN(GgufModel m, OpenGgufModel(path, dtype, backend));
   WeightLoader loader(m.checkpoint.get(), backend);
   TS_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model,
                       LlamaModel::Create(m.config.llama, &loader, comm));

@@ -41,10 +41,12 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file);
 
 // The tensors of `file` under HF Llama names, Q/K un-permuted, dequantised to
 // `dtype` (F32, F16 or BF16). Plain F32/F16/BF16 tensors already in `dtype`
-// that need no permutation alias the mapping.
+// that need no permutation alias the mapping. With `keep_for`, a matrix whose
+// stored type (F32, F16, BF16, Q8_0, Q4_0, Q4_1) that backend keeps as is
+// (Backend::WeightDType) stays in it: quantised weights stay quantised.
 absl::StatusOr<std::unique_ptr<Checkpoint>> GgufCheckpoint(
     const std::shared_ptr<const GgufFile>& file, const LlamaConfig& config,
-    DType dtype = DType::kF32);
+    DType dtype = DType::kF32, const Backend* keep_for = nullptr);
 
 // The HF name for a GGUF tensor name, or "" if it is not a llama tensor.
 std::string GgufToHfName(const std::string& gguf_name);
@@ -60,9 +62,11 @@ struct GgufModel {
 };
 
 // Opens `path`, parses the config and prepares the weights.
-absl::StatusOr<GgufModel> OpenGgufModel(const std::string& path, DType dtype = DType::kF32);
+absl::StatusOr<GgufModel> OpenGgufModel(const std::string& path, DType dtype = DType::kF32,
+                                        const Backend* keep_for = nullptr);
 
-// OpenGgufModel + LlamaModel::Create on `backend` (weights dequantised to its
+// OpenGgufModel + LlamaModel::Create on `backend` (matrices kept as stored
+// where the backend's WeightDType keeps them, the rest dequantised to its
 // activation dtype when that is F16 or BF16, else F32), rejecting unused
 // tensors. `comm` may be null (single rank); rows are sharded as for HF
 // checkpoints.

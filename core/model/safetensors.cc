@@ -206,7 +206,7 @@ absl::StatusOr<const TensorInfo*> Checkpoint::Find(const std::string& name,
                                                    ", expected ", ShapeString(expected)));
   }
   if (it->second.dtype != DType::kF32 && it->second.dtype != DType::kF16 &&
-      it->second.dtype != DType::kBF16) {
+      it->second.dtype != DType::kBF16 && !IsQuantized(it->second.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(it->second.file, ": tensor '", name,
                                                    "' has dtype ", DTypeName(it->second.dtype),
                                                    "; weights must be F32, F16 or BF16"));
@@ -226,7 +226,7 @@ absl::StatusOr<HostSlice> Checkpoint::Slice(const std::string& name, const Shape
   TS_CHECK(0 <= r0 && r0 <= r1 && r1 <= rows);
   if (info->shape.size() <= 1) {
     out.shape = {r1 - r0};
-    out.data = info->data + r0 * es;
+    out.data = info->data + DTypeBytes(info->dtype, r0);
     return out;
   }
   int64_t cols = 1;
@@ -235,14 +235,19 @@ absl::StatusOr<HostSlice> Checkpoint::Slice(const std::string& name, const Shape
     TS_CHECK(c0 == 0 && c1 == info->shape[1]);
     out.shape = info->shape;
     out.shape[0] = r1 - r0;
-    out.data = info->data + r0 * cols * es;
+    out.data = info->data + DTypeBytes(info->dtype, r0 * cols);
     return out;
   }
   TS_CHECK(0 <= c0 && c0 <= c1 && c1 <= cols);
   out.shape = {r1 - r0, c1 - c0};
   if (c0 == 0 && c1 == cols) {
-    out.data = info->data + r0 * cols * es;
+    out.data = info->data + DTypeBytes(info->dtype, r0 * cols);
     return out;
+  }
+  if (IsQuantized(info->dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        info->file, ": tensor '", name, "' is ", DTypeName(info->dtype),
+        "; quantised tensors can be split by rows only, not columns [", c0, ", ", c1, ")"));
   }
   out.owned.resize((r1 - r0) * (c1 - c0) * es);
   for (int64_t r = r0; r < r1; ++r) {

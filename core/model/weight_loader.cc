@@ -18,19 +18,29 @@ absl::Status WeightLoader::FillRandom(const std::string& name, Tensor* dst) {
   return backend_->FillUniform(dst, FillUniformMix(seed_ ^ HashName(name)), scale_);
 }
 
+// Weight matrices (2-D) are kept in the backend's WeightDType for their
+// stored dtype (f16, bf16 or quantised blocks on a CPU backend that asks for
+// them); everything else in the activation dtype.
+DType WeightLoader::TargetDType(DType stored, size_t rank) const {
+  return rank == 2 ? backend_->WeightDType(stored) : backend_->activation_dtype();
+}
+
 absl::StatusOr<Tensor> WeightLoader::Load(const std::string& name, const Shape& shape) {
   if (is_random()) {
-    TS_ASSIGN_OR_RETURN(Tensor t, backend_->Alloc(backend_->activation_dtype(), shape));
+    TS_ASSIGN_OR_RETURN(Tensor t,
+                        backend_->Alloc(TargetDType(backend_->activation_dtype(), shape.size()),
+                                        shape));
     TS_RETURN_IF_ERROR(FillRandom(name, &t));
     return t;
   }
   TS_ASSIGN_OR_RETURN(const TensorInfo* info, checkpoint_->Find(name, shape));
-  const size_t align = DTypeSize(info->dtype);
-  if (backend_->CanAliasHost(info->dtype) &&
+  const DType target = TargetDType(info->dtype, shape.size());
+  const size_t align = IsQuantized(info->dtype) ? 1 : DTypeSize(info->dtype);
+  if (target == info->dtype && backend_->CanAliasHost(info->dtype) &&
       reinterpret_cast<uintptr_t>(info->data) % align == 0) {
     return Tensor::HostView(info->dtype, shape, info->data, info->mapping);
   }
-  TS_ASSIGN_OR_RETURN(Tensor t, backend_->Alloc(backend_->activation_dtype(), shape));
+  TS_ASSIGN_OR_RETURN(Tensor t, backend_->Alloc(target, shape));
   TS_RETURN_IF_ERROR(backend_->Upload(info->data, info->dtype, &t));
   return t;
 }
@@ -48,7 +58,21 @@ absl::StatusOr<Tensor> WeightLoader::LoadRows(const std::vector<RowPart>& parts)
   const int64_t K = parts.at(0).shape.size() > 1 ? parts[0].shape[1] : 1;
   for (const RowPart& p : parts) rows += p.r1 - p.r0;
   Shape shape = parts[0].shape.size() > 1 ? Shape{rows, K} : Shape{rows};
-  TS_ASSIGN_OR_RETURN(Tensor t, backend_->Alloc(backend_->activation_dtype(), shape));
+  // One dtype for the fused matrix: the parts' common target, else f32's.
+  DType target = TargetDType(backend_->activation_dtype(), shape.size());
+  if (!is_random()) {
+    for (size_t i = 0; i < parts.size(); ++i) {
+      TS_ASSIGN_OR_RETURN(const TensorInfo* info, checkpoint_->Find(parts[i].name, parts[i].shape));
+      const DType d = TargetDType(info->dtype, shape.size());
+      if (i == 0) {
+        target = d;
+      } else if (d != target) {
+        target = TargetDType(DType::kF32, shape.size());
+        break;
+      }
+    }
+  }
+  TS_ASSIGN_OR_RETURN(Tensor t, backend_->Alloc(target, shape));
   int64_t at = 0;
   for (const RowPart& p : parts) {
     Tensor view = t.Rows(at, at + (p.r1 - p.r0));
@@ -66,13 +90,14 @@ absl::StatusOr<Tensor> WeightLoader::LoadRows(const std::vector<RowPart>& parts)
 absl::StatusOr<Tensor> WeightLoader::LoadCols(const std::string& name, const Shape& shape,
                                               int64_t c0, int64_t c1) {
   if (c0 == 0 && c1 == shape[1]) return Load(name, shape);
-  TS_ASSIGN_OR_RETURN(Tensor t,
-                      backend_->Alloc(backend_->activation_dtype(), {shape[0], c1 - c0}));
   if (is_random()) {
+    TS_ASSIGN_OR_RETURN(Tensor t, backend_->Alloc(TargetDType(backend_->activation_dtype(), 2),
+                                                  {shape[0], c1 - c0}));
     TS_RETURN_IF_ERROR(FillRandom(absl::StrCat(name, "#c", c0), &t));
     return t;
   }
   TS_ASSIGN_OR_RETURN(HostSlice s, checkpoint_->Slice(name, shape, 0, shape[0], c0, c1));
+  TS_ASSIGN_OR_RETURN(Tensor t, backend_->Alloc(TargetDType(s.dtype, 2), {shape[0], c1 - c0}));
   TS_RETURN_IF_ERROR(backend_->Upload(s.data, s.dtype, &t));
   return t;
 }

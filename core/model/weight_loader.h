@@ -50,6 +50,7 @@ class WeightLoader {
                                   int64_t c1);
 
  private:
+  DType TargetDType(DType stored, size_t rank) const;
   absl::Status FillRandom(const std::string& name, Tensor* dst);
 
   Checkpoint* checkpoint_ = nullptr;

@@ -75,7 +75,12 @@ class Backend {
   // random-weight model is the same model everywhere (and fills on the device).
   virtual absl::Status FillUniform(Tensor* t, uint64_t seed, float scale) = 0;
   virtual absl::Status Synchronize() = 0;
-  // True when a host f32 buffer can be used in place as a weight (no copy).
+  // The dtype a weight matrix stored as `stored` is kept in on this backend
+  // (what WeightLoader allocates for 2-D weights; norms, biases and the rest
+  // use activation_dtype()). Only ops documented to accept it see such a
+  // tensor: Linear's w and Embedding's table.
+  virtual DType WeightDType(DType stored) const { return activation_dtype(); }
+  // True when a host buffer of `dtype` can be used in place as a weight (no copy).
   virtual bool CanAliasHost(DType dtype) const { return false; }
   // The stream every op of this backend is enqueued on, as an opaque handle
   // (a cudaStream_t on the CUDA backend), so that add-ons outside kernels/ (the
@@ -84,11 +89,12 @@ class Backend {
   virtual void* NativeStream() { return nullptr; }
 
   // ---- dense ops ----------------------------------------------------------
-  // in: ids [T] i32, table [V, D]; out: out [T, D]. Ids are range-checked by callers.
+  // in: ids [T] i32, table [V, D] (activation dtype or WeightDType); out: out [T, D].
+  // Ids are range-checked by callers.
   virtual absl::Status Embedding(const Tensor& ids, const Tensor& table, Tensor* out) = 0;
   // in: x [T, D], w [D]; out: out [T, D] = x / rms(x) * w. out may alias x.
   virtual absl::Status RmsNorm(const Tensor& x, const Tensor& w, float eps, Tensor* out) = 0;
-  // in: x [T, K], w [N, K]; out: out [T, N] = x · wᵀ.
+  // in: x [T, K], w [N, K] (activation dtype or WeightDType); out: out [T, N] = x · wᵀ.
   virtual absl::Status Linear(const Tensor& x, const Tensor& w, Tensor* out) = 0;
   // in: a, b [same shape]; out: out = a + b. out may alias a or b.
   virtual absl::Status Add(const Tensor& a, const Tensor& b, Tensor* out) = 0;
@@ -178,14 +184,20 @@ class Backend {
   }
 };
 
-// The CPU backend (float32). Always available. `threads` > 1 lets large
-// matrix products and attention use that many OpenMP threads; the default of
-// one is fastest on machines shared with other processes.
-std::unique_ptr<Backend> CreateCpuBackend(int threads = 1);
+// How the CPU backend keeps weight matrices (activations are always f32):
+// kF32 converts every matrix to f32; kF16 / kBF16 convert them to that type;
+// kAuto keeps each as stored when the CPU kernels take it (f32, f16, bf16,
+// q8_0, q4_0, q4_1) and converts the rest to f32.
+enum class CpuWeights { kF32, kF16, kBF16, kAuto };
+
+// The CPU backend (f32 activations). Always available. `threads` > 1 lets
+// large matrix products and attention use that many OpenMP threads.
+std::unique_ptr<Backend> CreateCpuBackend(int threads = 1, CpuWeights weights = CpuWeights::kF32);
 // The CUDA backend on `device_index` with fp16 or bf16 storage. Returns
 // UNAVAILABLE when treespec was built without CUDA or no GPU is present.
 absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(int device_index, DType dtype);
-// "cpu", "cpu:N" (N threads), "cuda", "cuda:1", optionally with ":bf16"/":f16"
+// "cpu", "cpu:N" (N threads), optionally ":f32" (default), ":f16", ":bf16" or
+// ":auto" (CpuWeights); "cuda", "cuda:1", optionally with ":bf16"/":f16"
 // (default f16 on CUDA).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& spec);
 

@@ -12,8 +12,26 @@ size_t DTypeSize(DType dtype) {
     case DType::kI32: return 4;
     case DType::kI64: return 8;
     case DType::kU8: return 1;
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ4_1: return 0;
   }
   return 0;
+}
+
+bool IsQuantized(DType dtype) {
+  return dtype == DType::kQ8_0 || dtype == DType::kQ4_0 || dtype == DType::kQ4_1;
+}
+
+int64_t DTypeBlockSize(DType dtype) { return IsQuantized(dtype) ? 32 : 1; }
+
+size_t DTypeBytes(DType dtype, int64_t n) {
+  switch (dtype) {
+    case DType::kQ8_0: return static_cast<size_t>(n / 32) * 34;
+    case DType::kQ4_0: return static_cast<size_t>(n / 32) * 18;
+    case DType::kQ4_1: return static_cast<size_t>(n / 32) * 20;
+    default: return static_cast<size_t>(n) * DTypeSize(dtype);
+  }
 }
 
 const char* DTypeName(DType dtype) {
@@ -24,6 +42,9 @@ const char* DTypeName(DType dtype) {
     case DType::kI32: return "i32";
     case DType::kI64: return "i64";
     case DType::kU8: return "u8";
+    case DType::kQ8_0: return "q8_0";
+    case DType::kQ4_0: return "q4_0";
+    case DType::kQ4_1: return "q4_1";
   }
   return "?";
 }

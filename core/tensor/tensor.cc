@@ -1,5 +1,7 @@
 #include "core/tensor/tensor.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -22,11 +24,18 @@ int64_t Tensor::numel() const {
 Tensor Tensor::Host(DType dtype, Shape shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
-  size_t bytes = static_cast<size_t>(n) * DTypeSize(dtype);
-  size_t alloc = (bytes + 63) / 64 * 64;
+  size_t bytes = DTypeBytes(dtype, n);
+  // Large buffers (weights, KV pools) get 2 MiB alignment and transparent
+  // huge pages where the kernel grants them on request (THP "madvise"): a
+  // decode step streams every weight, and 4 KiB pages would miss the TLB on
+  // most of them.
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t align = bytes >= kHuge ? kHuge : 64;
+  size_t alloc = (bytes + align - 1) / align * align;
   if (alloc == 0) alloc = 64;
-  void* p = std::aligned_alloc(64, alloc);
+  void* p = std::aligned_alloc(align, alloc);
   TS_CHECK(p != nullptr);
+  if (align == kHuge) madvise(p, alloc, MADV_HUGEPAGE);  // advice only; failure is harmless
   std::memset(p, 0, alloc);
   std::shared_ptr<void> storage(p, [](void* q) { std::free(q); });
   return Tensor(dtype, std::move(shape), DeviceKind::kCpu, storage, p);
@@ -45,7 +54,7 @@ Tensor Tensor::Rows(int64_t begin, int64_t end) const {
   for (int i = 1; i < rank(); ++i) row *= shape_[i];
   Shape s = shape_;
   s[0] = end - begin;
-  char* base = static_cast<char*>(data_) + begin * row * DTypeSize(dtype_);
+  char* base = static_cast<char*>(data_) + DTypeBytes(dtype_, begin * row);
   return Tensor(dtype_, std::move(s), device_, storage_, base);
 }
 

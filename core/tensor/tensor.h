@@ -44,7 +44,7 @@ class Tensor {
   int rank() const { return static_cast<int>(shape_.size()); }
   int64_t dim(int i) const { return shape_[i < 0 ? i + rank() : i]; }
   int64_t numel() const;
-  size_t nbytes() const { return static_cast<size_t>(numel()) * DTypeSize(dtype_); }
+  size_t nbytes() const { return DTypeBytes(dtype_, numel()); }
 
   void* raw() const { return data_; }
   template <typename T>

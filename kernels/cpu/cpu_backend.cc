@@ -1,4 +1,5 @@
-// The CPU backend: float32 everywhere, OpenBLAS for matrix products, plain
+// The CPU backend: float32 activations; weight matrices in f32, f16, bf16 or
+// ggml quantised blocks (CpuWeights, kernels/cpu/linear_typed.cc); plain
 // loops (kernels/cpu) for the rest. Always built; the reference every other
 // backend is tested against.
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "kernels/cpu/attention_ops.h"
 #include "kernels/cpu/dense_ops.h"
 #include "kernels/cpu/mamba_ops.h"
+#include "kernels/cpu/quant_blocks.h"
 
 namespace treespec {
 namespace {
@@ -25,6 +27,34 @@ absl::Status CheckF32(const Tensor& t, const char* what) {
   return absl::OkStatus();
 }
 
+bool IsFloat(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16; }
+
+// A weight matrix dtype the CPU kernels (Linear, Embedding) take.
+bool IsCpuWeight(DType d) { return IsFloat(d) || IsQuantized(d); }
+
+absl::Status CheckWeight(const Tensor& t, const char* what) {
+  if (t.device() != DeviceKind::kCpu || !IsCpuWeight(t.dtype()) || t.rank() != 2 ||
+      t.dim(1) % DTypeBlockSize(t.dtype()) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cpu backend: ", what, " must be a [N, K] f32, f16, bf16, q8_0, q4_0 or q4_1 matrix "
+        "on cpu, got ", t.DebugString()));
+  }
+  return absl::OkStatus();
+}
+
+// Elements [i, i + m) of `src` (float or quantised; i, m whole blocks) as f32.
+void ChunkToF32(const void* src, DType dtype, size_t i, size_t m, float* out) {
+  const char* base = static_cast<const char*>(src) + DTypeBytes(dtype, static_cast<int64_t>(i));
+  if (IsFloat(dtype)) {
+    ConvertToF32(base, dtype, m, out);
+    return;
+  }
+  const size_t bb = DTypeBytes(dtype, 32);
+  for (size_t k = 0; k < m; k += 32) {
+    cpu::DecodeBlock(dtype, reinterpret_cast<const uint8_t*>(base) + (k / 32) * bb, out + k);
+  }
+}
+
 int64_t RowSize(const Tensor& t) {
   int64_t n = 1;
   for (int i = 1; i < t.rank(); ++i) n *= t.dim(i);
@@ -33,12 +63,21 @@ int64_t RowSize(const Tensor& t) {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int threads) : threads_(threads) {}
+  CpuBackend(int threads, CpuWeights weights) : threads_(threads), weights_(weights) {}
   DeviceKind device() const override { return DeviceKind::kCpu; }
   std::string name() const override { return "cpu"; }
   int threads() const { return threads_; }
   DType activation_dtype() const override { return DType::kF32; }
-  bool CanAliasHost(DType dtype) const override { return dtype == DType::kF32; }
+  DType WeightDType(DType stored) const override {
+    switch (weights_) {
+      case CpuWeights::kF16: return DType::kF16;
+      case CpuWeights::kBF16: return DType::kBF16;
+      case CpuWeights::kAuto: return IsCpuWeight(stored) ? stored : DType::kF32;
+      case CpuWeights::kF32: break;
+    }
+    return DType::kF32;
+  }
+  bool CanAliasHost(DType dtype) const override { return IsCpuWeight(dtype); }
 
   absl::StatusOr<Tensor> Alloc(DType dtype, Shape shape) override {
     return Tensor::Host(dtype, std::move(shape));
@@ -46,12 +85,30 @@ class CpuBackend final : public Backend {
 
   absl::Status Upload(const void* src, DType src_dtype, Tensor* dst) override {
     size_t n = static_cast<size_t>(dst->numel());
+    if (src_dtype != dst->dtype() && IsQuantized(src_dtype) &&
+        n % DTypeBlockSize(src_dtype) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cpu backend: ", n, " elements of ", DTypeName(src_dtype), " are not whole blocks"));
+    }
     if (dst->dtype() == DType::kF32) {
-      if (src_dtype != DType::kF32 && src_dtype != DType::kF16 && src_dtype != DType::kBF16) {
+      if (!IsCpuWeight(src_dtype)) {
         return absl::InvalidArgumentError(
             absl::StrCat("cpu backend: cannot convert ", DTypeName(src_dtype), " to f32"));
       }
-      ConvertToF32(src, src_dtype, n, dst->data<float>());
+      ChunkToF32(src, src_dtype, 0, n, dst->data<float>());
+      return absl::OkStatus();
+    }
+    if ((dst->dtype() == DType::kF16 || dst->dtype() == DType::kBF16) &&
+        src_dtype != dst->dtype() && IsCpuWeight(src_dtype)) {
+      // f32 / f16 / bf16 / quantised -> f16 or bf16 through f32, in chunks.
+      const bool half = dst->dtype() == DType::kF16;
+      uint16_t* out = dst->data<uint16_t>();
+      std::vector<float> f32(std::min<size_t>(n, 1 << 16));
+      for (size_t i = 0; i < n; i += f32.size()) {
+        const size_t m = std::min(f32.size(), n - i);
+        ChunkToF32(src, src_dtype, i, m, f32.data());
+        for (size_t j = 0; j < m; ++j) out[i + j] = half ? FloatToHalf(f32[j]) : FloatToBF16(f32[j]);
+      }
       return absl::OkStatus();
     }
     if (dst->dtype() != src_dtype) {
@@ -107,9 +164,17 @@ class CpuBackend final : public Backend {
   }
 
   absl::Status Embedding(const Tensor& ids, const Tensor& table, Tensor* out) override {
-    TS_RETURN_IF_ERROR(CheckF32(table, "embedding table"));
-    cpu::Embedding(ids.data<int32_t>(), static_cast<int>(ids.numel()), table.data<float>(),
-                   static_cast<int>(table.dim(1)), out->data<float>());
+    if (table.dtype() == DType::kF32) {
+      cpu::Embedding(ids.data<int32_t>(), static_cast<int>(ids.numel()), table.data<float>(),
+                     static_cast<int>(table.dim(1)), out->data<float>());
+      return absl::OkStatus();
+    }
+    TS_RETURN_IF_ERROR(CheckWeight(table, "embedding table"));
+    const int D = static_cast<int>(table.dim(1));
+    for (int64_t t = 0; t < ids.numel(); ++t) {
+      cpu::DecodeRow(table.dtype(), table.raw(), ids.data<int32_t>()[t], D,
+                     out->data<float>() + t * D);
+    }
     return absl::OkStatus();
   }
 
@@ -123,7 +188,7 @@ class CpuBackend final : public Backend {
 
   absl::Status Linear(const Tensor& x, const Tensor& w, Tensor* out) override {
     TS_RETURN_IF_ERROR(CheckF32(x, "linear input"));
-    TS_RETURN_IF_ERROR(CheckF32(w, "linear weight"));
+    TS_RETURN_IF_ERROR(CheckWeight(w, "linear weight"));
     const int K = static_cast<int>(w.dim(1));
     const int N = static_cast<int>(w.dim(0));
     if (RowSize(x) != K || RowSize(*out) != N || out->dim(0) != x.dim(0)) {
@@ -131,8 +196,8 @@ class CpuBackend final : public Backend {
                                                      x.DebugString(), " w ", w.DebugString(),
                                                      " out ", out->DebugString()));
     }
-    cpu::Linear(x.data<float>(), w.data<float>(), static_cast<int>(x.dim(0)), K, N,
-                out->data<float>(), threads_);
+    cpu::LinearTyped(x.data<float>(), w.raw(), w.dtype(), static_cast<int>(x.dim(0)), K, N,
+                     out->data<float>(), threads_);
     return absl::OkStatus();
   }
 
@@ -310,12 +375,13 @@ class CpuBackend final : public Backend {
 
  private:
   const int threads_;
+  const CpuWeights weights_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> CreateCpuBackend(int threads) {
-  return std::make_unique<CpuBackend>(std::max(1, threads));
+std::unique_ptr<Backend> CreateCpuBackend(int threads, CpuWeights weights) {
+  return std::make_unique<CpuBackend>(std::max(1, threads), weights);
 }
 
 }  // namespace treespec

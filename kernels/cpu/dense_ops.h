@@ -6,6 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+
+#include "core/tensor/dtype.h"
 
 namespace treespec::cpu {
 
@@ -16,6 +19,20 @@ void RmsNorm(const float* x, const float* w, int T, int D, float eps, float* out
 // in: x [T, K], w [N, K]; out: out [T, N] = x · wᵀ. Up to `threads` OpenMP
 // threads for large products (results do not depend on the thread count).
 void Linear(const float* x, const float* w, int T, int K, int N, float* out, int threads = 1);
+// in: x [T, K] f32, w [N, K] stored as `wtype` (f32, f16, bf16, q8_0, q4_0,
+// q4_1; linear_typed.cc); out: out [T, N] = x · wᵀ, batch-invariant like Linear.
+void LinearTyped(const float* x, const void* w, DType wtype, int T, int K, int N, float* out,
+                 int threads = 1);
+// The scalar path of LinearTyped (used where AVX-512 is missing; exposed for tests).
+void LinearTypedPortable(const float* x, const void* w, DType wtype, int T, int K, int N,
+                         float* out, int threads = 1);
+// Whether LinearTyped has a SIMD path for `wtype` on this CPU (else portable).
+bool LinearTypedHasSimd(DType wtype);
+// How many threads (<= `threads`) a [T, K] x [N, K] product is split over.
+int LinearParts(int T, int K, int N, int threads);
+// Calls fn(n0, n1) for ranges of output columns covering [0, N) (starts at
+// multiples of 16), over up to LinearParts threads (kernels/cpu/thread_pool.h).
+void ColumnChunks(int T, int K, int N, int threads, const std::function<void(int, int)>& fn);
 // in: b [N]; inout: x [T, N] += b per row.
 void AddBias(float* x, const float* b, int T, int N);
 // inout: x [T, W]; heads [h0, h0 + n) of Dh columns per row are RMS-normalised

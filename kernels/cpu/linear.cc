@@ -41,7 +41,15 @@ __attribute__((target("avx2,fma"), always_inline)) inline void TileAvx2(const fl
   for (int k = 0; k < K8; k += 8) {
     __m256 wv[NR];
 #pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) wv[j] = _mm256_loadu_ps(w + static_cast<int64_t>(j) * K + k);
+    for (int j = 0; j < NR; ++j) {
+      // Rows are short; fetch the same part of the next tile's rows ahead of
+      // the hardware prefetcher (one line per 16 floats).
+      if ((k & 15) == 0) {
+        _mm_prefetch(reinterpret_cast<const char*>(w + static_cast<int64_t>(j + NR) * K + k),
+                     _MM_HINT_T0);
+      }
+      wv[j] = _mm256_loadu_ps(w + static_cast<int64_t>(j) * K + k);
+    }
 #pragma GCC unroll 8
     for (int i = 0; i < TR; ++i) {
       const __m256 xv = _mm256_loadu_ps(x + static_cast<int64_t>(i) * K + k);
@@ -63,14 +71,12 @@ __attribute__((target("avx2,fma"), always_inline)) inline void TileAvx2(const fl
 }
 
 __attribute__((target("avx2,fma"))) void LinearAvx2(const float* x, const float* w, int T,
-                                                    int K, int N, float* out, int threads) {
+                                                    int K, int N, int n0, int n1, float* out) {
   // Weight rows per block: about 16 KiB, so a block stays in L1 while every
   // row of x passes over it.
   const int kNB = std::max(2, (16 << 10) / std::max(1, K * 4)) & ~1;
-#pragma omp parallel for schedule(static) num_threads(threads) \
-    if (threads > 1 && static_cast<int64_t>(N) * K * T > (1 << 19))
-  for (int nb = 0; nb < N; nb += kNB) {
-    const int ne = std::min(N, nb + kNB);
+  for (int nb = n0; nb < n1; nb += kNB) {
+    const int ne = std::min(n1, nb + kNB);
     int t = 0;
     for (; t + 4 <= T; t += 4) {
       int n = nb;
@@ -100,22 +106,22 @@ __attribute__((target("avx2,fma"))) void LinearAvx2(const float* x, const float*
 // ---- portable path (same invariance, no SIMD requirement) --------------------
 void LinearPortable(const float* x, const float* w, int T, int K, int N, float* out,
                     int threads) {
-#pragma omp parallel for schedule(static) num_threads(threads) \
-    if (threads > 1 && static_cast<int64_t>(N) * K * T > (1 << 19))
-  for (int n = 0; n < N; ++n) {
-    const float* wr = w + static_cast<int64_t>(n) * K;
-    for (int t = 0; t < T; ++t) {
-      const float* xr = x + static_cast<int64_t>(t) * K;
-      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      const int K8 = K & ~7;
-      for (int k = 0; k < K8; k += 8) {
-        for (int j = 0; j < 8; ++j) acc[j] += xr[k + j] * wr[k + j];
+  ColumnChunks(T, K, N, threads, [&](int n0, int n1) {
+    for (int n = n0; n < n1; ++n) {
+      const float* wr = w + static_cast<int64_t>(n) * K;
+      for (int t = 0; t < T; ++t) {
+        const float* xr = x + static_cast<int64_t>(t) * K;
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        const int K8 = K & ~7;
+        for (int k = 0; k < K8; k += 8) {
+          for (int j = 0; j < 8; ++j) acc[j] += xr[k + j] * wr[k + j];
+        }
+        float s = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+        for (int k = K8; k < K; ++k) s += xr[k] * wr[k];
+        out[static_cast<int64_t>(t) * N + n] = s;
       }
-      float s = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
-      for (int k = K8; k < K; ++k) s += xr[k] * wr[k];
-      out[static_cast<int64_t>(t) * N + n] = s;
     }
-  }
+  });
 }
 
 bool HaveAvx2Fma() {
@@ -128,7 +134,10 @@ bool HaveAvx2Fma() {
 void Linear(const float* x, const float* w, int T, int K, int N, float* out, int threads) {
   if (T == 0 || N == 0) return;
   if (HaveAvx2Fma()) {
-    LinearAvx2(x, w, T, K, N, out, threads);
+    // Threads split the output columns (ranges of 16), never K, so the
+    // thread count does not change any element's summation order.
+    ColumnChunks(T, K, N, threads,
+                 [&](int n0, int n1) { LinearAvx2(x, w, T, K, N, n0, n1, out); });
   } else {
     LinearPortable(x, w, T, K, N, out, threads);
   }

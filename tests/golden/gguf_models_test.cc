@@ -27,6 +27,7 @@
 #include "core/tokenizer/gguf_tokenizer.h"
 #include "core/tokenizer/tokenizer.h"
 #include "core/util/mapped_file.h"
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/golden/golden_data.h"
@@ -187,12 +188,19 @@ TEST(SharedSmolLm2Gguf, TokenizerMatchesTransformers) {
   }
 }
 
-TEST(SharedSmolLm2Gguf, LogitsAndGreedyTextMatchTransformers) {
-  SKIP_WITHOUT(SmolLm2Path());
+// On the CPU backend `spec`: "cpu:2" dequantises to f32; "cpu:2:auto" keeps
+// the Q4_1 (and other) matrices quantised and multiplies them in registers
+// (kernels/cpu/linear_typed.cc), which must meet the same tolerances.
+void CheckLogitsAndGreedyText(const std::string& spec) {
   nlohmann::json g = LoadGoldens();
-  std::unique_ptr<Backend> backend = CreateCpuBackend(2);
+  auto be = CreateBackend(spec);
+  ASSERT_TRUE(be.ok()) << be.status();
+  std::unique_ptr<Backend> backend = std::move(*be);
   auto model = LoadGgufLlamaModel(SmolLm2Path(), backend.get());
   ASSERT_TRUE(model.ok()) << model.status();
+  // The file's token_embd is Q8_0 (the rest mostly Q4_1): kept as stored or dequantised.
+  EXPECT_EQ((*model)->embedding().dtype(),
+            absl::EndsWith(spec, ":auto") ? DType::kQ8_0 : DType::kF32);
   auto tok = LoadTokenizer(SmolLm2Path());
   ASSERT_TRUE(tok.ok()) << tok.status();
   const int64_t V = (*model)->config().vocab_size;
@@ -223,9 +231,19 @@ TEST(SharedSmolLm2Gguf, LogitsAndGreedyTextMatchTransformers) {
     }
     EXPECT_EQ(r.greedy, want_new) << name;
     EXPECT_EQ((*tok)->Decode(r.greedy), p["greedy_text"].get<std::string>()) << name;
-    std::printf("[gguf golden] %s: top-20 max abs error %.3g, greedy \"%s\"\n", name.c_str(), worst,
-                (*tok)->Decode(r.greedy).c_str());
+    std::printf("[gguf golden %s] %s: top-20 max abs error %.3g, greedy \"%s\"\n", spec.c_str(),
+                name.c_str(), worst, (*tok)->Decode(r.greedy).c_str());
   }
+}
+
+TEST(SharedSmolLm2Gguf, LogitsAndGreedyTextMatchTransformers) {
+  SKIP_WITHOUT(SmolLm2Path());
+  CheckLogitsAndGreedyText("cpu:2");
+}
+
+TEST(SharedSmolLm2Gguf, QuantisedWeightsKeptInMemoryMatchTransformers) {
+  SKIP_WITHOUT(SmolLm2Path());
+  CheckLogitsAndGreedyText("cpu:2:auto");
 }
 
 // The model factory, LoadModelConfig and LoadTokenizer take a .gguf path

@@ -1,0 +1,54 @@
+// Scalar decoders of weight rows stored as f16, bf16 or ggml's 32-element
+// quantised blocks (Q8_0, Q4_0, Q4_1; layouts in core/model/gguf_dequant.h),
+// shared by the CPU backend's embedding lookup, the portable linear path and
+// the tests. Each gives exactly the float ggml's dequantisation gives.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "core/tensor/dtype.h"
+
+namespace treespec::cpu {
+
+inline float LoadHalf(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return HalfToFloat(h);
+}
+
+// out[0..31] = the 32 weights of the block at `b`.
+inline void DecodeBlock(DType type, const uint8_t* b, float* out) {
+  if (type == DType::kQ8_0) {
+    const float d = LoadHalf(b);
+    for (int j = 0; j < 32; ++j) out[j] = d * static_cast<float>(static_cast<int8_t>(b[2 + j]));
+  } else if (type == DType::kQ4_0) {
+    const float d = LoadHalf(b);
+    for (int j = 0; j < 16; ++j) {
+      out[j] = d * static_cast<float>((b[2 + j] & 0x0f) - 8);
+      out[j + 16] = d * static_cast<float>((b[2 + j] >> 4) - 8);
+    }
+  } else {  // kQ4_1
+    const float d = LoadHalf(b), m = LoadHalf(b + 2);
+    for (int j = 0; j < 16; ++j) {
+      out[j] = d * static_cast<float>(b[4 + j] & 0x0f) + m;
+      out[j + 16] = d * static_cast<float>(b[4 + j] >> 4) + m;
+    }
+  }
+}
+
+// out[0..K) = row `r` of a [*, K] weight matrix `w` of dtype `type` (f32, f16,
+// bf16 or quantised).
+inline void DecodeRow(DType type, const void* w, int64_t r, int K, float* out) {
+  const uint8_t* row = static_cast<const uint8_t*>(w) + DTypeBytes(type, r * K);
+  if (type == DType::kF32) {
+    std::memcpy(out, row, sizeof(float) * K);
+  } else if (type == DType::kF16 || type == DType::kBF16) {
+    ConvertToF32(row, type, K, out);
+  } else {
+    const size_t bb = DTypeBytes(type, 32);
+    for (int k = 0; k < K; k += 32) DecodeBlock(type, row + (k / 32) * bb, out + k);
+  }
+}
+
+}  // namespace treespec::cpu

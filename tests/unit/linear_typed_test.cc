@@ -1,0 +1,193 @@
+// LinearTyped (kernels/cpu/linear_typed.cc): f32, f16, bf16, Q8_0, Q4_0 and Q4_1
+// weight matrices against the f32 product with the dequantised matrix, and
+// batch invariance — a row computed alone equals the same row inside a batch,
+// and 1 thread equals 2, bit for bit — on the SIMD path (where this CPU has
+// it) and on the portable path. Also the CPU backend's weight-type spec.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/tensor/backend.h"
+#include "core/tensor/dtype.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/dense_ops.h"
+#include "kernels/cpu/quant_blocks.h"
+
+namespace treespec {
+namespace {
+
+using Kernel = void (*)(const float*, const void*, DType, int, int, int, float*, int);
+
+// A random [N, K] matrix of `type`: plausible scales, every code used.
+std::vector<uint8_t> RandomMatrix(DType type, int N, int K, std::mt19937* rng) {
+  std::vector<uint8_t> w(DTypeBytes(type, static_cast<int64_t>(N) * K));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> byte(0, 255);
+  if (type == DType::kF32) {
+    float* p = reinterpret_cast<float*>(w.data());
+    for (int64_t i = 0; i < static_cast<int64_t>(N) * K; ++i) p[i] = 0.1f * u(*rng);
+    return w;
+  }
+  if (type == DType::kF16 || type == DType::kBF16) {
+    uint16_t* p = reinterpret_cast<uint16_t*>(w.data());
+    for (int64_t i = 0; i < static_cast<int64_t>(N) * K; ++i) {
+      p[i] = type == DType::kF16 ? FloatToHalf(0.1f * u(*rng)) : FloatToBF16(0.1f * u(*rng));
+    }
+    return w;
+  }
+  const size_t bb = DTypeBytes(type, 32);
+  for (size_t b = 0; b < w.size() / bb; ++b) {
+    uint8_t* blk = w.data() + b * bb;
+    for (size_t j = 0; j < bb; ++j) blk[j] = static_cast<uint8_t>(byte(*rng));
+    const uint16_t d = FloatToHalf(0.002f + 0.01f * std::fabs(u(*rng)));
+    std::memcpy(blk, &d, 2);
+    if (type == DType::kQ4_1) {
+      const uint16_t m = FloatToHalf(-0.05f * std::fabs(u(*rng)));
+      std::memcpy(blk + 2, &m, 2);
+    }
+  }
+  return w;
+}
+
+struct Case {
+  DType type;
+  int K;
+};
+
+// K = 100 gives the 16-bit paths a masked tail; quantised rows are whole blocks.
+const Case kCases[] = {{DType::kF32, 100}, {DType::kF32, 256}, {DType::kF16, 100}, {DType::kBF16, 100}, {DType::kF16, 256},
+                       {DType::kQ8_0, 96},  {DType::kQ4_0, 96},  {DType::kQ4_1, 160}};
+
+void CheckKernel(Kernel kernel, const char* path) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (const Case& c : kCases) {
+    SCOPED_TRACE(std::string(path) + " " + DTypeName(c.type) + " K=" + std::to_string(c.K));
+    // N = 1100 columns so that 2 threads really split the product.
+    const int T = 9, N = 1100, K = c.K;
+    std::vector<uint8_t> w = RandomMatrix(c.type, N, K, &rng);
+    std::vector<float> x(static_cast<size_t>(T) * K);
+    for (float& v : x) v = u(rng);
+    std::vector<float> batch(static_cast<size_t>(T) * N), two(batch.size());
+    kernel(x.data(), w.data(), c.type, T, K, N, batch.data(), 1);
+    kernel(x.data(), w.data(), c.type, T, K, N, two.data(), 2);
+    EXPECT_EQ(0, std::memcmp(batch.data(), two.data(), batch.size() * sizeof(float)))
+        << "2 threads differ from 1";
+    std::vector<float> row(K), alone(N);
+    double worst = 0;
+    for (int t = 0; t < T; ++t) {
+      kernel(x.data() + static_cast<size_t>(t) * K, w.data(), c.type, 1, K, N, alone.data(), 1);
+      EXPECT_EQ(0, std::memcmp(alone.data(), batch.data() + static_cast<size_t>(t) * N,
+                               N * sizeof(float)))
+          << "row " << t << " alone differs from the same row in a batch of " << T;
+      for (int n = 0; n < N; ++n) {
+        cpu::DecodeRow(c.type, w.data(), n, K, row.data());
+        double ref = 0, mag = 0;
+        for (int k = 0; k < K; ++k) {
+          ref += static_cast<double>(x[t * K + k]) * row[k];
+          mag += std::fabs(static_cast<double>(x[t * K + k]) * row[k]);
+        }
+        // f32 accumulation of K products: a few ulps of the magnitude sum.
+        const double err = std::fabs(batch[static_cast<size_t>(t) * N + n] - ref);
+        worst = std::max(worst, err / (mag + 1e-30));
+        ASSERT_LE(err, 1e-6 * K * mag + 1e-30) << "t " << t << " n " << n;
+      }
+    }
+    std::printf("[linear_typed] %s %s K=%d: worst error / sum|x*w| = %.3g\n", path,
+                DTypeName(c.type), K, worst);
+  }
+}
+
+TEST(LinearTypedTest, SimdPathMatchesDequantisedF32AndIsBatchInvariant) {
+  if (!cpu::LinearTypedHasSimd(DType::kF16)) {
+    GTEST_SKIP() << "no AVX-512 on this CPU (f32 then takes linear.cc's AVX2 kernel)";
+  }
+  CheckKernel(&cpu::LinearTyped, "simd");
+}
+
+TEST(LinearTypedTest, PortablePathMatchesDequantisedF32AndIsBatchInvariant) {
+  CheckKernel(&cpu::LinearTypedPortable, "portable");
+}
+
+TEST(LinearTypedTest, DecodeBlockMatchesTheGgmlFormulas) {
+  // One hand-made Q4_1 block: d = 0.5, m = -1, nibbles 0..15 low, 15..0 high.
+  uint8_t b[20];
+  const uint16_t d = FloatToHalf(0.5f), m = FloatToHalf(-1.0f);
+  std::memcpy(b, &d, 2);
+  std::memcpy(b + 2, &m, 2);
+  for (int j = 0; j < 16; ++j) b[4 + j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  float out[32];
+  cpu::DecodeBlock(DType::kQ4_1, b, out);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(out[j], 0.5f * j - 1.0f);
+    EXPECT_EQ(out[16 + j], 0.5f * (15 - j) - 1.0f);
+  }
+}
+
+TEST(CpuWeightsTest, SpecSelectsWeightStorage) {
+  struct Want {
+    const char* spec;
+    DType from_f32, from_q4_1;
+  };
+  for (const Want& w : {Want{"cpu", DType::kF32, DType::kF32},
+                        Want{"cpu:2:f16", DType::kF16, DType::kF16},
+                        Want{"cpu:1:bf16", DType::kBF16, DType::kBF16},
+                        Want{"cpu:2:auto", DType::kF32, DType::kQ4_1}}) {
+    auto be = CreateBackend(w.spec);
+    ASSERT_TRUE(be.ok()) << w.spec << ": " << be.status();
+    EXPECT_EQ((*be)->WeightDType(DType::kF32), w.from_f32) << w.spec;
+    EXPECT_EQ((*be)->WeightDType(DType::kQ4_1), w.from_q4_1) << w.spec;
+    EXPECT_EQ((*be)->activation_dtype(), DType::kF32) << w.spec;
+  }
+  for (const char* bad : {"cpu:2:q4", "cpu:0", "cpu:2:f16:3", "cpu:x"}) {
+    auto be = CreateBackend(bad);
+    ASSERT_FALSE(be.ok()) << bad;
+    EXPECT_EQ(be.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(be.status().message().find(bad), std::string::npos) << be.status();
+  }
+}
+
+TEST(CpuWeightsTest, BackendLinearAndEmbeddingTakeQuantisedWeights) {
+  auto be = CreateBackend("cpu:1:auto");
+  ASSERT_TRUE(be.ok()) << be.status();
+  std::mt19937 rng(3);
+  const int N = 40, K = 64, T = 3;
+  std::vector<uint8_t> raw = RandomMatrix(DType::kQ8_0, N, K, &rng);
+  auto w = (*be)->Alloc(DType::kQ8_0, {N, K});
+  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_EQ(w->nbytes(), raw.size());
+  ASSERT_TRUE((*be)->Upload(raw.data(), DType::kQ8_0, &*w).ok());
+  // Embedding rows are the dequantised rows.
+  auto ids = (*be)->Alloc(DType::kI32, {T});
+  ASSERT_TRUE(ids.ok());
+  const int32_t want_ids[T] = {5, 0, 39};
+  std::memcpy(ids->raw(), want_ids, sizeof(want_ids));
+  auto emb = (*be)->Alloc(DType::kF32, {T, K});
+  ASSERT_TRUE(emb.ok());
+  ASSERT_TRUE((*be)->Embedding(*ids, *w, &*emb).ok());
+  std::vector<float> row(K);
+  for (int t = 0; t < T; ++t) {
+    cpu::DecodeRow(DType::kQ8_0, raw.data(), want_ids[t], K, row.data());
+    EXPECT_EQ(0, std::memcmp(row.data(), emb->data<float>() + t * K, K * sizeof(float)));
+  }
+  // Linear through the backend = the kernel.
+  auto out = (*be)->Alloc(DType::kF32, {T, N});
+  ASSERT_TRUE(out.ok());
+  ASSERT_TRUE((*be)->Linear(*emb, *w, &*out).ok());
+  std::vector<float> want(T * N);
+  cpu::LinearTyped(emb->data<float>(), raw.data(), DType::kQ8_0, T, K, N, want.data());
+  EXPECT_EQ(0, std::memcmp(want.data(), out->data<float>(), want.size() * sizeof(float)));
+  // A quantised weight whose K is not whole blocks is refused, naming it.
+  auto odd = (*be)->Alloc(DType::kF32, {2, 48});
+  ASSERT_TRUE(odd.ok());
+  Tensor bad(DType::kQ8_0, {N, 48}, DeviceKind::kCpu, nullptr, w->raw());
+  absl::Status s = (*be)->Linear(*odd, bad, &*out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("linear weight"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace treespec
