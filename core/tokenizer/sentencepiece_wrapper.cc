@@ -90,33 +90,30 @@ NormalizerInfo ReadNormalizerInfo(std::string_view model) {
   return info;
 }
 
-// Opens the plugin with RTLD_DEEPBIND (spm_plugin.h says why it needs it).
+// Opens the plugin so that libprotobuf cannot interpose the protobuf-lite
+// bundled in libsentencepiece (spm_plugin.h): with RTLD_DEEPBIND, except in
+// the sanitizer builds (TREESPEC_SANITIZER_BUILD, cmake/sanitize.cmake).
 //
-// ASan and TSan refuse RTLD_DEEPBIND in their dlopen interceptor and abort the
-// process (github.com/google/sanitizers/issues/611): a deep-bound library
-// resolves malloc, free and pthread_* to libc's own rather than to the
-// sanitizer's, so memory allocated on one side and freed on the other would
-// mix two heaps. Without DEEPBIND the plugin is not usable where gRPC is
-// linked: libsentencepiece.so exports its bundled protobuf-lite under the same
-// names as libprotobuf.so, which comes first in the global scope and
-// interposes it. So a sanitizer build (TREESPEC_SANITIZER_BUILD,
-// cmake/sanitize.cmake) calls glibc's dlopen behind the interceptor. That is
-// safe because of how the plugin's C ABI is made: it never hands over
-// ownership of memory in either direction. Every buffer it returns is freed by
-// its own free_buffer, every model by its free_model, and the caller's buffers
-// are only read or written in place, so each heap frees only what it
-// allocated. What the sanitizers then do not see is libsentencepiece's own
-// malloc calls and locks: third-party code that is not instrumented anyway.
-void* OpenDeepBound(const char* path) {
-  constexpr int kFlags = RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND;
+// ASan and TSan abort a dlopen with RTLD_DEEPBIND
+// (github.com/google/sanitizers/issues/611), and rightly: a deep-bound
+// library binds malloc, operator new and pthread_* to libc's and libstdc++'s
+// own, not to the sanitizer's, while libstdc++'s out-of-line code (already
+// bound) uses the sanitizer's, so one object can be allocated by one heap and
+// freed by the other. So there the plugin links a copy of libsentencepiece
+// whose DT_FLAGS carry DF_SYMBOLIC (tools/sanitizers/symbolic_copy.py, put
+// next to the plugin, found through its $ORIGIN run path): the dynamic linker
+// then resolves every reference libsentencepiece makes to a symbol it defines
+// itself, its protobuf-lite included, within itself first, which is the part
+// of DEEPBIND the plugin needs, while everything else (malloc, operator new,
+// pthread_*) resolves through the global scope to the sanitizer, as it must.
+// tests/unit/sentencepiece_plugin_test.cc loads a SentencePiece model in a
+// process that links libprotobuf, in both builds.
+void* OpenPlugin(const char* path) {
 #ifdef TREESPEC_SANITIZER_BUILD
-  // The interceptor is defined in the executable (the sanitizer runtime is
-  // linked statically into it); the next dlopen after it is glibc's.
-  using DlopenFn = void* (*)(const char*, int);
-  static const auto real_dlopen = reinterpret_cast<DlopenFn>(dlsym(RTLD_NEXT, "dlopen"));
-  if (real_dlopen != nullptr) return real_dlopen(path, kFlags);
+  return dlopen(path, RTLD_NOW | RTLD_LOCAL);
+#else
+  return dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
 #endif
-  return dlopen(path, kFlags);
 }
 
 // Finds and opens the plugin once per process. Search order: $TREESPEC_SPM_PLUGIN,
@@ -139,7 +136,7 @@ const TsSpmApi* Api(std::string* error) {
     }
     candidates.push_back("libtreespec_spm.so");
     for (const std::string& path : candidates) {
-      void* lib = OpenDeepBound(path.c_str());
+      void* lib = OpenPlugin(path.c_str());
       if (lib == nullptr) {
         load_error += std::string(load_error.empty() ? "" : "; ") + dlerror();
         continue;
