@@ -40,15 +40,31 @@ template <typename Fn>
 Fn Real(const char* mangled) {
   void* fn = dlsym(RTLD_NEXT, mangled);
   if (fn == nullptr) {
-    std::fprintf(stderr, "tsan_absl_sync: %s not found in libabsl (%s); rebuild "
-                 "tools/sanitizers/tsan_absl_sync.cc for this abseil\n", mangled, dlerror());
+    std::fprintf(stderr,
+                 "tsan_absl_sync: %s not found in libabsl (%s); rebuild "
+                 "tools/sanitizers/tsan_absl_sync.cc for this abseil\n",
+                 mangled, dlerror());
     std::abort();
   }
   return reinterpret_cast<Fn>(fn);
 }
 
-#define TS_REAL(type, mangled)                           \
-  static const auto real = Real<type>(mangled)
+// Some entry points call others through the PLT (CondVar::WaitWithTimeout
+// calls WaitWithDeadline, Notification's waits lock its mutex); only the
+// outermost call on a thread is annotated.
+thread_local int depth = 0;
+struct Nesting {
+  Nesting() : outer(depth++ == 0) {}
+  ~Nesting() { --depth; }
+  const bool outer;
+};
+
+// Declares `real`, the library's definition, and returns its result directly
+// when this call is nested in another annotated one.
+#define TS_REAL(type, mangled, ...)             \
+  static const auto real = Real<type>(mangled); \
+  const Nesting nesting;                        \
+  if (!nesting.outer) return real(__VA_ARGS__)
 
 constexpr unsigned kRead = __tsan_mutex_read_lock;
 
@@ -84,86 +100,118 @@ using MuCondTimeoutFn = bool (*)(Mutex*, const Condition&, Duration);
 using MuCondDeadlineFn = bool (*)(Mutex*, const Condition&, Time);
 
 Mutex::~Mutex() {
-  TS_REAL(MuFn, "_ZN4absl7debian35MutexD2Ev");
-  __tsan_mutex_destroy(this, 0);
+  static const auto real = Real<MuFn>("_ZN4absl7debian35MutexD2Ev");
+  if (depth == 0) __tsan_mutex_destroy(this, 0);
   real(this);
 }
 
 void Mutex::Lock() {
-  TS_REAL(MuFn, "_ZN4absl7debian35Mutex4LockEv");
-  Locked(this, 0, [&] { real(this); return true; });
+  TS_REAL(MuFn, "_ZN4absl7debian35Mutex4LockEv", this);
+  Locked(this, 0, [&] {
+    real(this);
+    return true;
+  });
 }
 
 void Mutex::ReaderLock() {
-  TS_REAL(MuFn, "_ZN4absl7debian35Mutex10ReaderLockEv");
-  Locked(this, kRead, [&] { real(this); return true; });
+  TS_REAL(MuFn, "_ZN4absl7debian35Mutex10ReaderLockEv", this);
+  Locked(this, kRead, [&] {
+    real(this);
+    return true;
+  });
 }
 
 bool Mutex::TryLock() {
-  TS_REAL(MuTryFn, "_ZN4absl7debian35Mutex7TryLockEv");
+  TS_REAL(MuTryFn, "_ZN4absl7debian35Mutex7TryLockEv", this);
   return Locked(this, __tsan_mutex_try_lock, [&] { return real(this); });
 }
 
 bool Mutex::ReaderTryLock() {
-  TS_REAL(MuTryFn, "_ZN4absl7debian35Mutex13ReaderTryLockEv");
+  TS_REAL(MuTryFn, "_ZN4absl7debian35Mutex13ReaderTryLockEv", this);
   return Locked(this, kRead | __tsan_mutex_try_lock, [&] { return real(this); });
 }
 
 void Mutex::Unlock() {
-  TS_REAL(MuFn, "_ZN4absl7debian35Mutex6UnlockEv");
+  TS_REAL(MuFn, "_ZN4absl7debian35Mutex6UnlockEv", this);
   __tsan_mutex_pre_unlock(this, 0);
   real(this);
   __tsan_mutex_post_unlock(this, 0);
 }
 
 void Mutex::ReaderUnlock() {
-  TS_REAL(MuFn, "_ZN4absl7debian35Mutex12ReaderUnlockEv");
+  TS_REAL(MuFn, "_ZN4absl7debian35Mutex12ReaderUnlockEv", this);
   __tsan_mutex_pre_unlock(this, kRead);
   real(this);
   __tsan_mutex_post_unlock(this, kRead);
 }
 
 void Mutex::LockWhen(const Condition& cond) {
-  TS_REAL(MuCondFn, "_ZN4absl7debian35Mutex8LockWhenERKNS0_9ConditionE");
-  Locked(this, 0, [&] { real(this, cond); return true; });
+  TS_REAL(MuCondFn, "_ZN4absl7debian35Mutex8LockWhenERKNS0_9ConditionE", this, cond);
+  Locked(this, 0, [&] {
+    real(this, cond);
+    return true;
+  });
 }
 
 void Mutex::ReaderLockWhen(const Condition& cond) {
-  TS_REAL(MuCondFn, "_ZN4absl7debian35Mutex14ReaderLockWhenERKNS0_9ConditionE");
-  Locked(this, kRead, [&] { real(this, cond); return true; });
+  TS_REAL(MuCondFn, "_ZN4absl7debian35Mutex14ReaderLockWhenERKNS0_9ConditionE", this, cond);
+  Locked(this, kRead, [&] {
+    real(this, cond);
+    return true;
+  });
 }
 
 // The *WithTimeout / *WithDeadline forms hold the mutex on return whatever
 // they return.
 bool Mutex::LockWhenWithTimeout(const Condition& cond, Duration timeout) {
   TS_REAL(MuCondTimeoutFn,
-          "_ZN4absl7debian35Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
+          "_ZN4absl7debian35Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_"
+          "8DurationE",
+          this, cond, timeout);
   bool met = false;
-  Locked(this, 0, [&] { met = real(this, cond, timeout); return true; });
+  Locked(this, 0, [&] {
+    met = real(this, cond, timeout);
+    return true;
+  });
   return met;
 }
 
 bool Mutex::ReaderLockWhenWithTimeout(const Condition& cond, Duration timeout) {
   TS_REAL(MuCondTimeoutFn,
-          "_ZN4absl7debian35Mutex25ReaderLockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE");
+          "_ZN4absl7debian35Mutex25ReaderLockWhenWithTimeoutERKNS0_"
+          "9ConditionENS0_8DurationE",
+          this, cond, timeout);
   bool met = false;
-  Locked(this, kRead, [&] { met = real(this, cond, timeout); return true; });
+  Locked(this, kRead, [&] {
+    met = real(this, cond, timeout);
+    return true;
+  });
   return met;
 }
 
 bool Mutex::LockWhenWithDeadline(const Condition& cond, Time deadline) {
   TS_REAL(MuCondDeadlineFn,
-          "_ZN4absl7debian35Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
+          "_ZN4absl7debian35Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_"
+          "4TimeE",
+          this, cond, deadline);
   bool met = false;
-  Locked(this, 0, [&] { met = real(this, cond, deadline); return true; });
+  Locked(this, 0, [&] {
+    met = real(this, cond, deadline);
+    return true;
+  });
   return met;
 }
 
 bool Mutex::ReaderLockWhenWithDeadline(const Condition& cond, Time deadline) {
   TS_REAL(MuCondDeadlineFn,
-          "_ZN4absl7debian35Mutex26ReaderLockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE");
+          "_ZN4absl7debian35Mutex26ReaderLockWhenWithDeadlineERKNS0_"
+          "9ConditionENS0_4TimeE",
+          this, cond, deadline);
   bool met = false;
-  Locked(this, kRead, [&] { met = real(this, cond, deadline); return true; });
+  Locked(this, kRead, [&] {
+    met = real(this, cond, deadline);
+    return true;
+  });
   return met;
 }
 
@@ -171,36 +219,45 @@ bool Mutex::ReaderLockWhenWithDeadline(const Condition& cond, Time deadline) {
 // it is held decides, so the annotation uses write mode (a reader that
 // releases and re-takes in write mode is only stricter).
 void Mutex::Await(const Condition& cond) {
-  TS_REAL(MuCondFn, "_ZN4absl7debian35Mutex5AwaitERKNS0_9ConditionE");
-  Waited(this, 0, [&] { real(this, cond); return true; });
+  TS_REAL(MuCondFn, "_ZN4absl7debian35Mutex5AwaitERKNS0_9ConditionE", this, cond);
+  Waited(this, 0, [&] {
+    real(this, cond);
+    return true;
+  });
 }
 
 bool Mutex::AwaitWithTimeout(const Condition& cond, Duration timeout) {
   TS_REAL(MuCondTimeoutFn,
-          "_ZN4absl7debian35Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE");
+          "_ZN4absl7debian35Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_"
+          "8DurationE",
+          this, cond, timeout);
   return Waited(this, 0, [&] { return real(this, cond, timeout); });
 }
 
 bool Mutex::AwaitWithDeadline(const Condition& cond, Time deadline) {
-  TS_REAL(MuCondDeadlineFn,
-          "_ZN4absl7debian35Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE");
+  TS_REAL(MuCondDeadlineFn, "_ZN4absl7debian35Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE",
+          this, cond, deadline);
   return Waited(this, 0, [&] { return real(this, cond, deadline); });
 }
 
 void CondVar::Wait(Mutex* mu) {
-  TS_REAL(void (*)(CondVar*, Mutex*), "_ZN4absl7debian37CondVar4WaitEPNS0_5MutexE");
-  Waited(mu, 0, [&] { real(this, mu); return true; });
+  TS_REAL(void (*)(CondVar*, Mutex*), "_ZN4absl7debian37CondVar4WaitEPNS0_5MutexE", this, mu);
+  Waited(mu, 0, [&] {
+    real(this, mu);
+    return true;
+  });
 }
 
 bool CondVar::WaitWithTimeout(Mutex* mu, Duration timeout) {
   TS_REAL(bool (*)(CondVar*, Mutex*, Duration),
-          "_ZN4absl7debian37CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE");
+          "_ZN4absl7debian37CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE", this, mu,
+          timeout);
   return Waited(mu, 0, [&] { return real(this, mu, timeout); });
 }
 
 bool CondVar::WaitWithDeadline(Mutex* mu, Time deadline) {
   TS_REAL(bool (*)(CondVar*, Mutex*, Time),
-          "_ZN4absl7debian37CondVar16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE");
+          "_ZN4absl7debian37CondVar16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE", this, mu, deadline);
   return Waited(mu, 0, [&] { return real(this, mu, deadline); });
 }
 
@@ -208,20 +265,23 @@ bool CondVar::WaitWithDeadline(Mutex* mu, Time deadline) {
 // is inline and reads an atomic the library stores: a thread that only polls
 // it is not ordered after Notify.)
 void Notification::Notify() {
-  TS_REAL(void (*)(Notification*), "_ZN4absl7debian312Notification6NotifyEv");
+  TS_REAL(void (*)(Notification*), "_ZN4absl7debian312Notification6NotifyEv", this);
   __tsan_release(this);
   real(this);
 }
 
 void Notification::WaitForNotification() const {
-  TS_REAL(void (*)(const Notification*), "_ZNK4absl7debian312Notification19WaitForNotificationEv");
+  TS_REAL(void (*)(const Notification*), "_ZNK4absl7debian312Notification19WaitForNotificationEv",
+          this);
   real(this);
   __tsan_acquire(const_cast<Notification*>(this));
 }
 
 bool Notification::WaitForNotificationWithTimeout(Duration timeout) const {
   TS_REAL(bool (*)(const Notification*, Duration),
-          "_ZNK4absl7debian312Notification30WaitForNotificationWithTimeoutENS0_8DurationE");
+          "_ZNK4absl7debian312Notification30WaitForNotificationWithTimeoutENS0_"
+          "8DurationE",
+          this, timeout);
   const bool notified = real(this, timeout);
   if (notified) __tsan_acquire(const_cast<Notification*>(this));
   return notified;
@@ -229,7 +289,9 @@ bool Notification::WaitForNotificationWithTimeout(Duration timeout) const {
 
 bool Notification::WaitForNotificationWithDeadline(Time deadline) const {
   TS_REAL(bool (*)(const Notification*, Time),
-          "_ZNK4absl7debian312Notification31WaitForNotificationWithDeadlineENS0_4TimeE");
+          "_ZNK4absl7debian312Notification31WaitForNotificationWithDeadlineENS0"
+          "_4TimeE",
+          this, deadline);
   const bool notified = real(this, deadline);
   if (notified) __tsan_acquire(const_cast<Notification*>(this));
   return notified;
