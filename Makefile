@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 
-.PHONY: all deps configure build test test-all fuzz demo demo-models goldens clean
+.PHONY: all deps configure build test test-all fuzz sanitize asan tsan demo demo-models goldens clean
 
 all: build
 
@@ -31,6 +31,16 @@ test: build
 FUZZ_SECONDS ?= 60
 fuzz:
 	JOBS=$(JOBS) bash tools/fuzz.sh $(FUZZ_SECONDS)
+
+# The tests under ASan + UBSan (build-asan/, everything) and TSan (build-tsan/,
+# the lane, step machine and communicator tests); clang, no CUDA; see
+# tools/sanitize.sh. `make asan` and `make tsan` run one of the two.
+sanitize:
+	JOBS=$(JOBS) bash tools/sanitize.sh all $(CTEST_FLAGS)
+asan:
+	JOBS=$(JOBS) bash tools/sanitize.sh asan $(CTEST_FLAGS)
+tsan:
+	JOBS=$(JOBS) bash tools/sanitize.sh tsan $(CTEST_FLAGS)
 
 demo: build
 	bash tools/demo.sh $(BUILD)

@@ -3,14 +3,19 @@
 # missing packages are installed. Run as root or with sudo available.
 #   tools/install_deps.sh        the packages of the normal build and tests
 #   tools/install_deps.sh fuzz   those plus clang and its libFuzzer runtime (tools/fuzz.sh)
+#   tools/install_deps.sh sanitize  those plus clang, its sanitizer runtimes and
+#                                   libomp (tools/sanitize.sh builds everything with clang)
 set -euo pipefail
 PKGS="build-essential cmake ninja-build pkg-config ccache
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
       libgloo-dev libsentencepiece-dev libicu-dev nlohmann-json3-dev
       libcpp-httplib-dev libssl-dev libboost-dev python3-yaml libgtest-dev libgmock-dev libbenchmark-dev"
-if [ "${1:-}" = fuzz ]; then
+if [ "${1:-}" = fuzz ] || [ "${1:-}" = sanitize ]; then
   # clang-14 only recommends the sanitizer and libFuzzer runtimes (libclang_rt.*).
   PKGS="$PKGS clang libclang-rt-14-dev"
+fi
+if [ "${1:-}" = sanitize ]; then
+  PKGS="$PKGS libomp-dev"  # clang's OpenMP runtime, for the CPU kernels
 fi
 missing=""
 for p in $PKGS; do

@@ -30,7 +30,9 @@ class LogReader {
       return absl::DataLossError(absl::StrCat("step log truncated at byte ", pos_));
     }
     v->resize(n);
-    std::memcpy(v->data(), in_.data() + pos_, size_t{n} * 4);
+    // memcpy from or to a null pointer is undefined even for 0 bytes (an
+    // empty vector's data() may be null; UBSan caught it).
+    if (n > 0) std::memcpy(v->data(), in_.data() + pos_, size_t{n} * 4);
     pos_ += size_t{n} * 4;
     return absl::OkStatus();
   }

@@ -244,26 +244,34 @@ int Lead(WorkerGroup* group, const GroupOptions& g, SequenceModel* model,
   WorkerService inner(&runner, std::move(identity));
   GroupGatedWorkerService service(&inner, health);
   RendezvousServer* store_server = group->server.get();
-  // The failure callback may run on any thread, also while the server stops.
-  absl::Mutex serving_mu;
-  grpc::Server* serving = nullptr;
-  auto on_started = [&](grpc::Server* server) {
+  // The failure callback may run on any thread, also while the server stops
+  // and after this function returns (health outlives it), so what it reads is
+  // shared with it, not a local it would find gone (UBSan saw a stale
+  // grpc::Server pointer read from a dead frame).
+  struct Serving {
+    absl::Mutex mu;
+    grpc::Server* server ABSL_GUARDED_BY(mu) = nullptr;
+  };
+  auto serving = std::make_shared<Serving>();
+  auto on_started = [&, serving](grpc::Server* server) {
     {
-      absl::MutexLock lock(&serving_mu);
-      serving = server;
+      absl::MutexLock lock(&serving->mu);
+      serving->server = server;
     }
-    health->OnFailure([&, store_server](const absl::Status& st) {
+    health->OnFailure([serving, store_server](const absl::Status& st) {
       std::cerr << "treespec-worker rank 0: " << st.message() << "; reporting NOT_SERVING"
                 << std::endl;
       store_server->CloseSessions();
-      absl::MutexLock lock(&serving_mu);
-      if (serving != nullptr) serving->GetHealthCheckService()->SetServingStatus(false);
+      absl::MutexLock lock(&serving->mu);
+      if (serving->server != nullptr) {
+        serving->server->GetHealthCheckService()->SetServingStatus(false);
+      }
     });
   };
   auto after_drain = [&] {
     {
-      absl::MutexLock lock(&serving_mu);
-      serving = nullptr;
+      absl::MutexLock lock(&serving->mu);
+      serving->server = nullptr;
     }
     leader.Shutdown();
   };

@@ -90,6 +90,32 @@ NormalizerInfo ReadNormalizerInfo(std::string_view model) {
   return info;
 }
 
+// Opens the plugin so that libprotobuf cannot interpose the protobuf-lite
+// bundled in libsentencepiece (spm_plugin.h): with RTLD_DEEPBIND, except in
+// the sanitizer builds (TREESPEC_SANITIZER_BUILD, cmake/sanitize.cmake).
+//
+// ASan and TSan abort a dlopen with RTLD_DEEPBIND
+// (github.com/google/sanitizers/issues/611), and rightly: a deep-bound
+// library binds malloc, operator new and pthread_* to libc's and libstdc++'s
+// own, not to the sanitizer's, while libstdc++'s out-of-line code (already
+// bound) uses the sanitizer's, so one object can be allocated by one heap and
+// freed by the other. So there the plugin links a copy of libsentencepiece
+// whose DT_FLAGS carry DF_SYMBOLIC (tools/sanitizers/symbolic_copy.py, put
+// next to the plugin, found through its $ORIGIN run path): the dynamic linker
+// then resolves every reference libsentencepiece makes to a symbol it defines
+// itself, its protobuf-lite included, within itself first, which is the part
+// of DEEPBIND the plugin needs, while everything else (malloc, operator new,
+// pthread_*) resolves through the global scope to the sanitizer, as it must.
+// tests/unit/sentencepiece_plugin_test.cc loads a SentencePiece model in a
+// process that links libprotobuf, in both builds.
+void* OpenPlugin(const char* path) {
+#ifdef TREESPEC_SANITIZER_BUILD
+  return dlopen(path, RTLD_NOW | RTLD_LOCAL);
+#else
+  return dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+#endif
+}
+
 // Finds and opens the plugin once per process. Search order: $TREESPEC_SPM_PLUGIN,
 // <dir of the executable>/../lib, <dir of the executable>, the loader's path.
 const TsSpmApi* Api(std::string* error) {
@@ -110,7 +136,7 @@ const TsSpmApi* Api(std::string* error) {
     }
     candidates.push_back("libtreespec_spm.so");
     for (const std::string& path : candidates) {
-      void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+      void* lib = OpenPlugin(path.c_str());
       if (lib == nullptr) {
         load_error += std::string(load_error.empty() ? "" : "; ") + dlerror();
         continue;

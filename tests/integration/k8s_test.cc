@@ -376,7 +376,10 @@ TEST_P(K8sTest, ImageIsTheContainerfiles) {
     }
   }
   const std::string demo = "/opt/treespec/models/demo/";
-  for (const auto& [key, value] : ConfigMap(docs_)["data"].items()) {
+  // Named: a range-for over a member of a temporary reads it after it is
+  // destroyed (ASan: heap-use-after-free).
+  const json config_map = ConfigMap(docs_);
+  for (const auto& [key, value] : config_map.at("data").items()) {
     const std::string path = value.get<std::string>();
     if (!absl::StartsWith(path, demo)) continue;
     EXPECT_NE(containerfile.find("models/demo /opt/treespec/models/demo"), std::string::npos)
