@@ -48,8 +48,7 @@ class Renderer {
   }
 
   // The value budget of a `set` (ChatTemplateLimits::max_value_depth and
-  // max_value_elements). A stored value is at most max_value_depth levels
-  // deep plus one expression's height, so the walk's recursion is bounded.
+  // max_value_elements).
   absl::Status CheckStored(size_t pos, const Value& v) const {
     int64_t elements = 0;
     const int depth = Measure(v, 1, &elements);
@@ -63,10 +62,12 @@ class Renderer {
     }
     return absl::OkStatus();
   }
-  // Nesting levels of `v` (a scalar is 1); stops early once over a limit.
+  // Nesting levels of `v` (a scalar is 1); stops early once over a limit, so
+  // a deep value from the request's context recurses at most
+  // max_value_depth + 1 levels.
   int Measure(const Value& v, int level, int64_t* elements) const {
     ++*elements;
-    if (!v.is_structured()) return level;
+    if (!v.is_structured() || level > prog_.limits.max_value_depth) return level;
     int deepest = level;
     for (const Value& child : v) {
       if (deepest > prog_.limits.max_value_depth || *elements > prog_.limits.max_value_elements) {

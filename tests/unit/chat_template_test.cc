@@ -251,6 +251,12 @@ TEST(ChatTemplateTest, GrowingValuesAreRefusedNotCrashing) {
   EXPECT_THAT(std::string(RenderStatus("{% set y = [[[1]]] %}", Json::object(), limits).message()),
               HasSubstr("value nested deeper than 3 levels"));
   EXPECT_TRUE(RenderStatus("{% set y = [[1]] %}", Json::object(), limits).ok());
+  // A deep value from the context is refused too.
+  Json deep = Json::array();
+  for (int i = 0; i < 1000; ++i) deep = Json::array({std::move(deep)});
+  EXPECT_THAT(std::string(RenderStatus("{% set y = d %}", Json{{"d", std::move(deep)}}, limits)
+                              .message()),
+              HasSubstr("value nested deeper than 3 levels"));
   limits.max_value_depth = 0;
   EXPECT_EQ(ChatTemplate::Parse("x", limits).status().code(), absl::StatusCode::kInvalidArgument);
 }
