@@ -359,15 +359,18 @@ std::vector<DraftItem> StepMachine::PlanCatchUps() {
     if (g.sampling.temperature > 0 || s->plain_run < options_.catch_up_after_steps) continue;
     const size_t behind = s->tokens.size() - s->drafter_consumed;
     if (behind < static_cast<size_t>(options_.catch_up_tokens)) continue;
+    // All but the last token: the next Draft must bring at least one new
+    // token (its root), and the catch-up may return before another step has
+    // committed one (its reply is handled at the top of the next iteration).
     DraftItem d;
     d.id = s->id;
     d.step = s->drafter_step;
-    d.new_tokens.assign(s->tokens.begin() + s->drafter_consumed, s->tokens.end());
+    d.new_tokens.assign(s->tokens.begin() + s->drafter_consumed, s->tokens.end() - 1);
     d.feature_begin = static_cast<int64_t>(s->drafter_consumed) - 1;
     d.catch_up = true;
     items.push_back(std::move(d));
     s->catching_up = true;
-    s->catch_up_to = s->tokens.size();
+    s->catch_up_to = s->tokens.size() - 1;
   }
   return items;
 }

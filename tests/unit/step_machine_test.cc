@@ -284,21 +284,25 @@ TEST_F(StepMachineTest, PlainStretchesCatchTheDrafterUpOffTheStep) {
   ASSERT_EQ(c.size(), 1u);
   EXPECT_TRUE(c[0].catch_up);
   EXPECT_EQ(c[0].step, 1u);
-  ASSERT_EQ(c[0].new_tokens.size(), static_cast<size_t>(n));
+  // All of the backlog but its last token, which stays for the next Draft
+  // as its root: the catch-up may return before another token is committed,
+  // and a Draft with no new token is refused (this was a flaky drafter error).
+  ASSERT_EQ(c[0].new_tokens.size(), static_cast<size_t>(n - 1));
   EXPECT_EQ(c[0].new_tokens.front(), 100);
-  EXPECT_EQ(c[0].new_tokens.back(), 100 + n - 1);
+  EXPECT_EQ(c[0].new_tokens.back(), 100 + n - 2);
   EXPECT_EQ(c[0].feature_begin, 1) << "the row before token 100 is the prompt's last";
   for (int i = 0; i < n; ++i) {
     plain_step();
     EXPECT_TRUE(machine_->PlanCatchUps().empty()) << "one catch-up in flight at a time";
   }
   machine_->OnCaughtUp({10}, std::vector<absl::Status>{absl::OkStatus()});
-  // n tokens came meanwhile: the next catch-up starts after the first, step 2.
+  // n tokens came meanwhile: the next catch-up starts where the first
+  // stopped, step 2.
   c = machine_->PlanCatchUps();
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0].step, 2u);
-  EXPECT_EQ(c[0].new_tokens.front(), 100 + n);
-  EXPECT_EQ(c[0].new_tokens.back(), 100 + 2 * n - 1);
+  EXPECT_EQ(c[0].new_tokens.front(), 100 + n - 1);
+  EXPECT_EQ(c[0].new_tokens.back(), 100 + 2 * n - 2);
   EXPECT_TRUE(machine_->PlanDrafterOpens(Clock::now()).empty()) << "never re-opened mid catch-up";
   machine_->OnCaughtUp({10}, absl::UnavailableError("drafter down"));
   std::vector<DrafterOpenItem> reopen = machine_->PlanDrafterOpens(Clock::now());
