@@ -95,7 +95,7 @@ v1::DraftCostProfile StartupProfile(Drafter* drafter, const DrafterOptions& opti
   const std::string device_key =
       absl::StrCat(absl::GetFlag(FLAGS_device), " ", backend->name(), " ",
                    DTypeName(backend->activation_dtype()), " threads ",
-                   std::thread::hardware_concurrency());
+                   std::thread::hardware_concurrency(), " build ", EngineBuildId().substr(0, 16));
   auto measure = [&]() -> absl::StatusOr<StepCostModel> {
     StepCostModel m;
     TS_ASSIGN_OR_RETURN(m.draft, MeasureDraftCost(drafter, options.max_sequences,

@@ -1,5 +1,8 @@
 #include "rpc/cost_profile.h"
 
+#include <elf.h>
+#include <link.h>
+
 #include <chrono>
 #include <cmath>
 #include <initializer_list>
@@ -49,7 +52,54 @@ absl::Status CheckCoefficients(
   return absl::OkStatus();
 }
 
+// dl_iterate_phdr visits the main program first; this reads its
+// NT_GNU_BUILD_ID note (the linker's hash of the linked output).
+int ReadMainBuildId(struct dl_phdr_info* info, size_t, void* data) {
+  auto* out = static_cast<std::string*>(data);
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_NOTE) continue;
+    const char* p = reinterpret_cast<const char*>(info->dlpi_addr + ph.p_vaddr);
+    const char* end = p + ph.p_memsz;
+    while (p + sizeof(ElfW(Nhdr)) <= end) {
+      const auto* note = reinterpret_cast<const ElfW(Nhdr)*>(p);
+      const char* name = p + sizeof(ElfW(Nhdr));
+      const char* desc = name + ((note->n_namesz + 3) & ~3u);
+      const char* next = desc + ((note->n_descsz + 3) & ~3u);
+      if (next > end) break;
+      if (note->n_type == NT_GNU_BUILD_ID && note->n_namesz == 4 &&
+          std::string(name, 3) == "GNU") {
+        for (uint32_t b = 0; b < note->n_descsz; ++b) {
+          absl::StrAppendFormat(out, "%02x", static_cast<unsigned char>(desc[b]));
+        }
+        return 1;
+      }
+      p = next;
+    }
+  }
+  return 1;  // only the main program
+}
+
 }  // namespace
+
+std::string EngineBuildId() {
+  static const std::string id = [] {
+    std::string out;
+    dl_iterate_phdr(ReadMainBuildId, &out);
+    if (!out.empty()) return out;
+    // No build-id note (a linker told not to write one): the executable's
+    // size and modification time change with every relink too.
+    std::error_code ec;
+    const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (ec) return std::string("unknown");
+    const auto size = std::filesystem::file_size(exe, ec);
+    const auto mtime = std::filesystem::last_write_time(exe, ec);
+    return absl::StrFormat("exe%016x", Fnv1a(absl::StrCat(
+                                           exe.string(), " ", size, " ",
+                                           mtime.time_since_epoch().count())));
+  }();
+  return id;
+}
 
 std::string DefaultCostCacheDir() {
   if (const char* v = std::getenv("TREESPEC_CACHE_DIR"); v != nullptr && v[0] != '\0') return v;

@@ -7,7 +7,9 @@
 // dtype, so a restart of the same service reads it back. The key holds the
 // model's identity (directory name plus a fingerprint of its config, so two
 // checkpoints named alike do not share an entry) and the device string with
-// its dtype and host threads. A cache entry that does not parse, or was
+// its dtype and host threads, and the engine's build (EngineBuildId), so a
+// rebuilt engine, whose kernels may be faster or slower, measures afresh
+// instead of planning with the old binary's costs. A cache entry that does not parse, or was
 // written for another key, is ignored with a warning and measured afresh:
 // the cache can only save time, never stop a service from starting.
 //
@@ -35,6 +37,12 @@ std::string DefaultCostCacheDir();
 // "NAME cfg=HEX": the model path's last component and an FNV-1a hash of its
 // config.json (a .gguf file: of its size), stable across processes.
 std::string ModelIdentity(const std::string& model_path);
+
+// The running executable's GNU build-id in hex (the linker's hash of the
+// linked output: it changes whenever any code linked into the binary does),
+// or, without that note, a hash of the executable's path, size and mtime.
+// Computed once.
+std::string EngineBuildId();
 
 struct LoadedProfile {
   StepCostModel model;

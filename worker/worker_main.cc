@@ -157,7 +157,8 @@ v1::VerifyCostProfile StartupProfile(TargetRunner* runner, const std::string& mo
   const std::string device_key =
       absl::StrCat(absl::GetFlag(FLAGS_device), " ", backend->name(), " ",
                    DTypeName(backend->activation_dtype()), " threads ",
-                   std::thread::hardware_concurrency(), " tp ", tp_size);
+                   std::thread::hardware_concurrency(), " tp ", tp_size, " build ",
+                   EngineBuildId().substr(0, 16));
   auto measure = [&]() -> absl::StatusOr<StepCostModel> {
     StepCostModel m;
     TS_ASSIGN_OR_RETURN(m.verify, MeasureVerifyCost(runner, VerifyProfileOptions()));

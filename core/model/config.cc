@@ -14,9 +14,34 @@
 namespace treespec {
 namespace {
 
-absl::Status Positive(const JsonFields& f, const std::string& key, int64_t v) {
-  if (v <= 0) return f.Error(key, absl::StrCat("must be positive, got ", v));
+// Every size in a config is at most 2^24 (the largest real ones, vocabularies
+// and MLP widths, are near 2^18), and the parameter count they make at most
+// 2^50: products of sizes then fit in int64 with room to spare, and a config
+// that names an absurd size is refused before anything is allocated for it.
+constexpr int64_t kMaxDimension = int64_t{1} << 24;
+constexpr int64_t kMaxParameters = int64_t{1} << 50;
+
+absl::Status Dimension(const JsonFields& f, const std::string& key, int64_t v) {
+  if (v <= 0 || v > kMaxDimension) {
+    return f.Error(key, absl::StrCat("must be between 1 and ", kMaxDimension, ", got ", v));
+  }
   return absl::OkStatus();
+}
+
+absl::Status CheckParameterCount(const std::string& path, int64_t count) {
+  if (count > kMaxParameters) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": its sizes make ", count, " parameters, more than the ", kMaxParameters,
+        " treespec accepts"));
+  }
+  return absl::OkStatus();
+}
+
+// Saturates at int64 max: configs are bounded by CheckParameterCount, but a
+// LlamaConfig or MambaConfig can also be filled in by hand.
+int64_t Saturate(__int128 v) {
+  return v > std::numeric_limits<int64_t>::max() ? std::numeric_limits<int64_t>::max()
+                                                 : static_cast<int64_t>(v);
 }
 
 // hidden_act values computed exactly: transformers' ACT2FN maps both to SiLU.
@@ -222,10 +247,10 @@ absl::StatusOr<LlamaConfig> ParseLlama(const JsonFields& f, const nlohmann::json
                       {"intermediate_size", c.intermediate_size},
                       {"num_hidden_layers", c.num_layers},
                       {"num_attention_heads", c.num_heads}}) {
-    TS_RETURN_IF_ERROR(Positive(f, k, v));
+    TS_RETURN_IF_ERROR(Dimension(f, k, v));
   }
   TS_ASSIGN_OR_RETURN(c.num_kv_heads, f.IntOr("num_key_value_heads", c.num_heads));
-  TS_RETURN_IF_ERROR(Positive(f, "num_key_value_heads", c.num_kv_heads));
+  TS_RETURN_IF_ERROR(Dimension(f, "num_key_value_heads", c.num_kv_heads));
   if (c.num_heads % c.num_kv_heads != 0) {
     return f.Error("num_key_value_heads",
                    absl::StrCat("(", c.num_kv_heads, ") must divide num_attention_heads (",
@@ -235,8 +260,9 @@ absl::StatusOr<LlamaConfig> ParseLlama(const JsonFields& f, const nlohmann::json
   TS_ASSIGN_OR_RETURN(c.head_dim, f.IntOr("head_dim", arch == "Qwen3ForCausalLM"
                                                           ? 128
                                                           : c.hidden_size / c.num_heads));
-  if (c.head_dim <= 0 || c.head_dim % 2 != 0) {
-    return f.Error("head_dim", absl::StrCat("must be positive and even, got ", c.head_dim));
+  TS_RETURN_IF_ERROR(Dimension(f, "head_dim", c.head_dim));
+  if (c.head_dim % 2 != 0) {
+    return f.Error("head_dim", absl::StrCat("must be even, got ", c.head_dim));
   }
   TS_ASSIGN_OR_RETURN(c.rms_norm_eps, f.DoubleOr("rms_norm_eps", 1e-6));
   TS_ASSIGN_OR_RETURN(c.max_position_embeddings, f.IntOr("max_position_embeddings", 2048));
@@ -254,16 +280,17 @@ absl::StatusOr<MambaConfig> ParseMamba(const JsonFields& f, const nlohmann::json
   TS_ASSIGN_OR_RETURN(c.num_layers, f.Int("num_hidden_layers"));
   TS_ASSIGN_OR_RETURN(c.state_size, f.IntOr("state_size", 16));
   TS_ASSIGN_OR_RETURN(int64_t expand, f.IntOr("expand", 2));
-  TS_ASSIGN_OR_RETURN(c.intermediate_size, f.IntOr("intermediate_size", expand * c.hidden_size));
   TS_ASSIGN_OR_RETURN(c.conv_kernel, f.IntOr("conv_kernel", 4));
   for (auto [k, v] : {std::pair<const char*, int64_t>{"vocab_size", c.vocab_size},
                       {"hidden_size", c.hidden_size},
                       {"num_hidden_layers", c.num_layers},
                       {"state_size", c.state_size},
-                      {"intermediate_size", c.intermediate_size},
+                      {"expand", expand},
                       {"conv_kernel", c.conv_kernel}}) {
-    TS_RETURN_IF_ERROR(Positive(f, k, v));
+    TS_RETURN_IF_ERROR(Dimension(f, k, v));
   }
+  TS_ASSIGN_OR_RETURN(c.intermediate_size, f.IntOr("intermediate_size", expand * c.hidden_size));
+  TS_RETURN_IF_ERROR(Dimension(f, "intermediate_size", c.intermediate_size));
   int64_t auto_rank = (c.hidden_size + 15) / 16;
   if (f.Has("time_step_rank") && j["time_step_rank"].is_string()) {
     if (j["time_step_rank"].get<std::string>() != "auto") {
@@ -273,7 +300,7 @@ absl::StatusOr<MambaConfig> ParseMamba(const JsonFields& f, const nlohmann::json
   } else {
     TS_ASSIGN_OR_RETURN(c.time_step_rank, f.IntOr("time_step_rank", auto_rank));
   }
-  TS_RETURN_IF_ERROR(Positive(f, "time_step_rank", c.time_step_rank));
+  TS_RETURN_IF_ERROR(Dimension(f, "time_step_rank", c.time_step_rank));
   TS_ASSIGN_OR_RETURN(c.layer_norm_epsilon, f.DoubleOr("layer_norm_epsilon", 1e-5));
   TS_ASSIGN_OR_RETURN(c.use_bias, f.BoolOr("use_bias", false));
   TS_ASSIGN_OR_RETURN(c.use_conv_bias, f.BoolOr("use_conv_bias", true));
@@ -408,22 +435,26 @@ int64_t LlamaConfig::MaxExactPosition() const {
 }
 
 int64_t LlamaConfig::NumParameters() const {
-  int64_t attn = hidden_size * head_dim * (num_heads * 2 + num_kv_heads * 2);
-  int64_t mlp = 3 * hidden_size * intermediate_size;
-  int64_t per_layer = attn + mlp + 2 * hidden_size;
-  if (qkv_bias) per_layer += (num_heads + 2 * num_kv_heads) * head_dim;
-  if (o_bias) per_layer += hidden_size;
-  if (mlp_bias) per_layer += 2 * intermediate_size + hidden_size;
-  if (qk_norm) per_layer += 2 * head_dim;
-  int64_t emb = vocab_size * hidden_size;
-  return num_layers * per_layer + emb * (tie_word_embeddings ? 1 : 2) + hidden_size;
+  using W = __int128;  // sizes up to 2^24 each: products stay far below 2^127
+  const W hidden = hidden_size, inter = intermediate_size, hd = head_dim;
+  const W attn = hidden * hd * (W{num_heads} * 2 + W{num_kv_heads} * 2);
+  const W mlp = 3 * hidden * inter;
+  W per_layer = attn + mlp + 2 * hidden;
+  if (qkv_bias) per_layer += (W{num_heads} + 2 * W{num_kv_heads}) * hd;
+  if (o_bias) per_layer += hidden;
+  if (mlp_bias) per_layer += 2 * inter + hidden;
+  if (qk_norm) per_layer += 2 * hd;
+  const W emb = W{vocab_size} * hidden;
+  return Saturate(W{num_layers} * per_layer + emb * (tie_word_embeddings ? 1 : 2) + hidden);
 }
 
 int64_t MambaConfig::NumParameters() const {
-  const int64_t C = intermediate_size, D = hidden_size, N = state_size, R = time_step_rank;
-  int64_t per_layer = D * 2 * C + C * conv_kernel + (use_conv_bias ? C : 0) + C * (R + 2 * N) +
+  using W = __int128;
+  const W C = intermediate_size, D = hidden_size, N = state_size, R = time_step_rank;
+  const W per_layer = D * 2 * C + C * conv_kernel + (use_conv_bias ? C : 0) + C * (R + 2 * N) +
                       R * C + C + C * N + C + C * D + D;
-  return num_layers * per_layer + vocab_size * D * (tie_word_embeddings ? 1 : 2) + D;
+  return Saturate(W{num_layers} * per_layer + W{vocab_size} * D * (tie_word_embeddings ? 1 : 2) +
+                  D);
 }
 
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
@@ -450,9 +481,11 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
       a == "Qwen3ForCausalLM") {
     mc.arch = Architecture::kLlama;
     TS_ASSIGN_OR_RETURN(mc.llama, ParseLlama(f, j, a));
+    TS_RETURN_IF_ERROR(CheckParameterCount(path, mc.llama.NumParameters()));
   } else if (a == "MambaForCausalLM") {
     mc.arch = Architecture::kMamba;
     TS_ASSIGN_OR_RETURN(mc.mamba, ParseMamba(f, j));
+    TS_RETURN_IF_ERROR(CheckParameterCount(path, mc.mamba.NumParameters()));
   } else {
     return absl::UnimplementedError(
         absl::StrCat(path, ": architecture '", a,

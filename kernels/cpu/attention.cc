@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention_ops.h"
+#include "kernels/cpu/simd_reduce.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace treespec::cpu {
@@ -57,13 +58,6 @@ void MixScalar(const float* w, const float* vrow, int h0, int h1, int group, int
     const float wh = w[(h - h0) * n];
     for (int d = 0; d < Dh; ++d) oh[d] += wh * vh[d];
   }
-}
-
-__attribute__((target("avx2,fma"))) inline float Reduce8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 0x55));
-  return _mm_cvtss_f32(s);
 }
 
 // Dh % 8 == 0.

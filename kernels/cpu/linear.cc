@@ -14,19 +14,12 @@
 #include <cmath>
 
 #include "kernels/cpu/dense_ops.h"
+#include "kernels/cpu/simd_reduce.h"
 
 namespace treespec::cpu {
 namespace {
 
 // ---- AVX2 + FMA path -------------------------------------------------------
-__attribute__((target("avx2,fma"))) inline float Reduce8(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  __m128 s = _mm_add_ps(lo, hi);                    // (0+4, 1+5, 2+6, 3+7)
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));           // (0+4+2+6, 1+5+3+7, ..)
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 0x55));
-  return _mm_cvtss_f32(s);
-}
-
 template <int TR, int NR>
 __attribute__((target("avx2,fma"), always_inline)) inline void TileAvx2(const float* x,
                                                                      const float* w, int K,

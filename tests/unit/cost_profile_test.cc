@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cstdio>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -211,6 +213,22 @@ TEST(CostProfileTest, ModelIdentityFollowsTheConfig) {
   EXPECT_EQ(ModelIdentity(dir + "/model"), a);
   std::ofstream(dir + "/model/config.json") << "{\"hidden_size\": 128}";
   EXPECT_NE(ModelIdentity(dir + "/model"), a);
+}
+
+// The id is the main program's GNU build-id note, as binutils' readelf reads
+// it from the file: a relinked engine gets a new cache key.
+TEST(CostProfileTest, EngineBuildIdIsTheExecutablesBuildIdNote) {
+  const std::string id = EngineBuildId();
+  ASSERT_FALSE(id.empty());
+  EXPECT_EQ(EngineBuildId(), id);
+  const std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
+  FILE* pipe = popen(("readelf -n '" + exe + "'").c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string text;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), pipe)) > 0;) text.append(buf, n);
+  ASSERT_EQ(pclose(pipe), 0) << "readelf -n " << exe;
+  EXPECT_NE(text.find("Build ID: " + id), std::string::npos) << "id " << id << "\n" << text;
 }
 
 }  // namespace

@@ -120,6 +120,44 @@ TEST(ModelConfigTest, DeeplyNestedFieldsAreErrorsNotCrashes) {
   }
 }
 
+// Found by CI's fuzz run (model_config): a head_dim near 2^62 made InvFreq
+// allocate 2^61 floats, and sizes near 2^63 overflowed NumParameters' int64
+// products (undefined behaviour). Sizes are now bounded, and so is the
+// parameter count they make.
+TEST(ModelConfigTest, AbsurdSizesAreRefusedNamingTheField) {
+  const int64_t huge = int64_t{1} << 62;
+  for (const char* key : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                          "head_dim"}) {
+    nlohmann::json j = Base("LlamaForCausalLM");
+    j[key] = huge;
+    ExpectError(j, absl::StatusCode::kInvalidArgument, key);
+  }
+  nlohmann::json mamba = {{"architectures", {"MambaForCausalLM"}}, {"vocab_size", 64},
+                          {"hidden_size", 32}, {"num_hidden_layers", 2}};
+  ASSERT_TRUE(Parse(mamba).ok()) << Parse(mamba).status();
+  for (const char* key : {"hidden_size", "expand", "state_size", "time_step_rank"}) {
+    nlohmann::json j = mamba;
+    j[key] = std::numeric_limits<int64_t>::max();
+    ExpectError(j, absl::StatusCode::kInvalidArgument, key);
+  }
+  // Each size allowed, the product not: 2^24 layers of 2^24-wide MLPs.
+  nlohmann::json j = Base("LlamaForCausalLM");
+  j["num_hidden_layers"] = int64_t{1} << 24;
+  j["intermediate_size"] = int64_t{1} << 24;
+  ExpectError(j, absl::StatusCode::kInvalidArgument, "parameters");
+  // The largest real shapes still parse (Llama 3.1 405B, a 256K vocabulary).
+  j = Base("LlamaForCausalLM");
+  j["hidden_size"] = 16384;
+  j["intermediate_size"] = 53248;
+  j["num_hidden_layers"] = 126;
+  j["num_attention_heads"] = 128;
+  j["num_key_value_heads"] = 8;
+  j["vocab_size"] = 262144;
+  auto big = Parse(j);
+  ASSERT_TRUE(big.ok()) << big.status();
+  EXPECT_GT(big->llama.NumParameters(), int64_t{400} * 1000 * 1000 * 1000);
+}
+
 TEST(ModelConfigTest, HiddenActOtherThanSiluIsRefused) {
   for (const char* arch : {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM",
                            "Qwen3ForCausalLM"}) {
