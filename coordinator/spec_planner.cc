@@ -14,6 +14,7 @@ AcceptanceModel MakeAcceptance(const AcceptanceModelOptions& o) {
 }
 
 constexpr double kOverheadDecay = 0.9;
+constexpr double kMinFactor = 0.25, kMaxFactor = 8.0;
 
 }  // namespace
 
@@ -89,14 +90,67 @@ absl::StatusOr<ShapePlan> SpecPlanner::Plan(absl::Span<const PlanSequence> batch
       p.shapes.push_back(std::move(shape));
     }
     probes_ += p.call_drafter;
+    last_batch_ = 0;
     return p;
   }
-  absl::StatusOr<ShapePlan> plan = PlanShapes(batch, options_.candidates, a, verify_, draft_, o);
+  const int64_t b = static_cast<int64_t>(batch.size());
+  const double raw_plain = verify_.Predict({b, b, 0}) + overhead_;
+  const double kp = time_factor(false, b), km = time_factor(true, b);
+  const bool check_step = options_.check_every > 0 && ++planned_ % options_.check_every == 0;
+  absl::StatusOr<ShapePlan> plan = CalibratedPlan(batch, a, o, kp, km);
   if (!plan.ok()) return plan;
-  const bool pays = plan->call_drafter && plan->tokens_per_second() >=
-                                              options_.min_gain * plan->plain_tokens_per_second();
-  if (!pays || CheckSaysPlain(true)) MakePlain(batch, &*plan);
+  double km_used = km;
+  bool speculate = Pays(*plan);
+  if (check_step) {
+    if (speculate) {
+      speculate = false;  // measure plain again
+    } else if (km != 1.0) {
+      // Measure speculation again, as the uncalibrated models would plan it.
+      absl::StatusOr<ShapePlan> raw = CalibratedPlan(batch, a, o, kp, 1.0);
+      if (raw.ok() && Pays(*raw)) {
+        plan = std::move(raw);
+        km_used = 1.0;
+        speculate = true;
+      }
+    }
+  }
+  last_batch_ = b;
+  last_raw_plain_ = raw_plain;
+  last_raw_marginal_ = (plan->step_seconds - plan->plain_seconds) / km_used;
+  if (!speculate) MakePlain(batch, &*plan);
   return plan;
+}
+
+bool SpecPlanner::Pays(const ShapePlan& plan) const {
+  return plan.call_drafter &&
+         plan.tokens_per_second() >= options_.min_gain * plan.plain_tokens_per_second();
+}
+
+absl::StatusOr<ShapePlan> SpecPlanner::CalibratedPlan(absl::Span<const PlanSequence> batch,
+                                                      const AcceptanceModel& a, PlannerOptions o,
+                                                      double kp, double km) const {
+  o.plain_time_scale = kp;
+  o.added_time_scale = km;
+  return PlanShapes(batch, options_.candidates, a, verify_, draft_, o);
+}
+
+int SpecPlanner::Bucket(int64_t batch) {
+  int k = 0;
+  while (batch > 1 && k < kBuckets - 1) {
+    batch >>= 1;
+    ++k;
+  }
+  return k;
+}
+
+double SpecPlanner::time_factor(bool speculated, int64_t batch) const {
+  const double* f = time_factor_[speculated ? 1 : 0];
+  const int k = Bucket(batch);
+  for (int d = 0; d < kBuckets; ++d) {
+    if (k + d < kBuckets && f[k + d] > 0) return f[k + d];
+    if (k - d >= 0 && f[k - d] > 0) return f[k - d];
+  }
+  return 1.0;
 }
 
 // Plain decoding, except for sequences that named a shape.
@@ -112,24 +166,25 @@ void SpecPlanner::MakePlain(absl::Span<const PlanSequence> batch, ShapePlan* pla
   }
 }
 
-bool SpecPlanner::CheckSaysPlain(bool plan_speculates) {
-  if (options_.check_every <= 0 || !plan_speculates) return false;
-  ++planned_;
-  const bool check_step = planned_ % options_.check_every == 0;
-  // No plain step measured yet: take one now and then to learn its rate.
-  if (realized_[0] == 0.0) return check_step;
-  if (realized_[1] == 0.0) return false;
-  const bool plain_better = realized_[1] < realized_[0];
-  return check_step ? !plain_better : plain_better;
-}
-
 void SpecPlanner::ObserveStepRate(int64_t batch, int64_t committed, double wall_seconds,
                                   bool speculated) {
   if (batch < 1 || committed < 1 || !(wall_seconds > 0) || !ready_) return;
-  const double plain_seconds = verify_.Predict({batch, batch, 0}) + overhead_;
-  const double ratio = (committed / wall_seconds) / (batch / plain_seconds);
-  double& r = realized_[speculated ? 1 : 0];
-  r = r == 0.0 ? ratio : options_.check_decay * r + (1 - options_.check_decay) * ratio;
+  const bool planned = batch == last_batch_ && last_raw_plain_ > 0;
+  last_batch_ = 0;  // one observation per plan
+  if (!planned) return;
+  // Bounded: one step held up by something else (a prefill riding on the
+  // pass, another process) must not switch an arm off on its own.
+  double k;
+  if (!speculated) {
+    k = wall_seconds / last_raw_plain_;
+  } else if (last_raw_marginal_ > 0) {
+    k = (wall_seconds - time_factor(false, batch) * last_raw_plain_) / last_raw_marginal_;
+  } else {
+    return;
+  }
+  k = std::clamp(k, kMinFactor, kMaxFactor);
+  double& f = time_factor_[speculated ? 1 : 0][Bucket(batch)];
+  f = f == 0.0 ? k : options_.calibration_decay * f + (1 - options_.calibration_decay) * k;
 }
 
 void SpecPlanner::ObserveTrees(absl::Span<const TokenTree> trees,

@@ -34,20 +34,32 @@
 // per lane); from then on the planner decides, and a drafter whose drafts are
 // never accepted stops being called.
 //
-// The measured check. The models can be wrong in ways their own refits do
-// not see: on a CPU shared with the drafter (its pre-drafting runs during
-// the verify pass) or with other processes, a speculative step can take
-// longer than the sum of its modelled parts, and acceptance estimates lag.
-// So the lane also compares what it gets: per planned step, the realized
-// rate committed tokens / step wall time, divided by the modelled plain rate
-// B / T̂_plain(B) of the same batch (the division makes steps of different
-// batch sizes comparable and cancels the plain model's own error), as an
-// EMA for steps that speculated and for steps that did not. When both are
-// known and speculation's is lower, the plan is turned into plain decoding;
-// every `check_every` planned steps the other arm is taken once so neither
-// estimate goes stale (a two-armed bandit on measured rates, with a fixed
-// exploration share of 1/check_every). Its cost is bounded by that share:
-// at most 1 step in check_every runs the worse arm.
+// The measured check: time calibration. The cost models are linear fits,
+// and they are wrong in ways their own refits do not see: on a CPU shared
+// with the drafter (its pre-drafting runs during the verify pass) or with
+// other processes a speculative step takes longer than the sum of its
+// modelled parts, and the fits extrapolate. On the CPU demo pair (after the
+// CPU engine got faster) the draft model, refit on the small batches a run
+// starts with, predicted 6-11 ms for a Draft call of 64 sequences that took
+// 27-75 ms, and a 16-sequence step of depth-6 chains predicted at 30 ms took
+// 46; plans predicted to beat plain decoding by 7-10% ran at 0.8x of it.
+// So per batch-size bucket (powers of two) the planner measures two factors,
+// as EMAs of bounded per-step samples:
+//   kp = measured plain step time / modelled plain time, from plain steps;
+//   km = (measured speculative step time − kp·modelled plain time)
+//        / (modelled speculative time − modelled plain time),
+// the error of what speculation adds to a step (tree tokens and drafting).
+// Plans are made under the calibrated models, T' = kp·T_plain +
+// km·(T − T_plain) (PlannerOptions::plain_time_scale, added_time_scale),
+// so the factors change
+// the shapes as well as the go / no-go: a km of 1.5 makes deep trees lose
+// first. A bucket without measurements borrows the nearest measured
+// bucket's factor (1 when none is). A plan speculates when its calibrated
+// rate beats plain decoding's by min_gain. Every `check_every`-th planned
+// step takes the other arm, so the factors stay current: plain when the
+// plan speculates, and otherwise the plan of the uncalibrated models when
+// those say speculation pays (at most 1 step in check_every runs the arm
+// not preferred).
 //
 // The UCB bandit's role is the exploration bonus on shape-level acceptance
 // (PlannerOptions::explore): a drafter that looks useless is retried now and
@@ -81,7 +93,7 @@ struct SpecPlannerOptions {
   std::vector<TreeShape> candidates;  // shapes "auto" chooses among
   PlannerOptions planner{.explore = 0.05};
   AcceptanceModelOptions acceptance;
-  int probe_steps = 4;                                     // see the header comment
+  int probe_steps = 4;  // see the header comment
   // A plan speculates only when its predicted rate (without the exploration
   // bonus) beats plain decoding's by this factor: the models' errors (noisy
   // times, acceptance drift) must not turn a predicted gain into a loss.
@@ -94,9 +106,9 @@ struct SpecPlannerOptions {
   TreeShape probe = *TreeShape::FromFanouts({1, 1, 1});  // chain:3
   // The measured check (see the header comment): every `check_every`
   // planned steps the other arm (speculate / plain) is taken once, so both
-  // realized rates stay current. 0: no check.
+  // time factors stay current. 0: no check.
   int check_every = 16;
-  double check_decay = 0.8;  // EMA weight of the old realized rate
+  double calibration_decay = 0.7;  // EMA weight of the old time factor
 };
 
 class SpecPlanner {
@@ -123,12 +135,13 @@ class SpecPlanner {
   void ObserveDraft(const DraftStepFeatures& f, double seconds);
   // One planned step as measured: `batch` sequences committed `committed`
   // tokens in `wall_seconds` (draft + verify RPCs); `speculated`: some
-  // sequence verified a drafted tree.
+  // sequence verified a drafted tree. Teaches the time factors when `batch`
+  // is the last plan's.
   void ObserveStepRate(int64_t batch, int64_t committed, double wall_seconds, bool speculated);
-  // Realized rate over the modelled plain rate, speculative and plain steps
-  // (0: none measured yet).
-  double realized_spec_ratio() const { return realized_[1]; }
-  double realized_plain_ratio() const { return realized_[0]; }
+  // The calibration of batches of `batch` (see the header comment): kp
+  // (speculated = false) or km (true); the bucket's factor, else the nearest
+  // measured bucket's, else 1.
+  double time_factor(bool speculated, int64_t batch) const;
 
   const VerifyCostModel& verify() const { return verify_; }
   const DraftCostModel& draft() const { return draft_; }
@@ -136,10 +149,12 @@ class SpecPlanner {
 
  private:
   void SeedPrior(const VerifyStepFeatures& f, double seconds);
-  // Whether the measured check turns this step's speculative plan plain (or,
-  // on a check step, a plain plan speculative).
-  bool CheckSaysPlain(bool plan_speculates);
+  bool Pays(const ShapePlan& plan) const;
+  absl::StatusOr<ShapePlan> CalibratedPlan(absl::Span<const PlanSequence> batch,
+                                           const AcceptanceModel& a, PlannerOptions o, double kp,
+                                           double km) const;
   static void MakePlain(absl::Span<const PlanSequence> batch, ShapePlan* plan);
+  static int Bucket(int64_t batch);
 
   SpecPlannerOptions options_;
   AcceptanceModel greedy_, sampling_;
@@ -147,10 +162,16 @@ class SpecPlanner {
   DraftCostModel draft_;
   bool ready_ = false;
   bool has_draft_prior_ = false;
-  int probes_ = 0;  // probe steps planned
-  double overhead_ = 0.0;  // EMA of verify RPC wall − forward time
-  double realized_[2] = {0.0, 0.0};  // [speculated]: EMA of realized / modelled plain rate
-  int64_t planned_ = 0;              // planned steps after the probes
+  int probes_ = 0;                        // probe steps planned
+  double overhead_ = 0.0;                 // EMA of verify RPC wall − forward time
+  int64_t planned_ = 0;                   // planned steps after the probes
+  static constexpr int kBuckets = 12;     // batch 1, 2-3, 4-7, ..., >= 2048
+  double time_factor_[2][kBuckets] = {};  // [km?][bucket]; 0: not measured
+  // The last plan's batch size (0: none to learn from), its modelled plain
+  // step time and the modelled increment of what it ran over plain.
+  int64_t last_batch_ = 0;
+  double last_raw_plain_ = 0.0;
+  double last_raw_marginal_ = 0.0;
 };
 
 }  // namespace treespec

@@ -63,6 +63,7 @@ class ShapeSearch {
         explore_(options.explore),
         has_knee_(cost_.v.knee_tokens > 0 && cost_.v.per_token_past_knee > 0.0) {
     for (const PlanSequence& s : batch) context_ += s.context_tokens;
+    cost_.Calibrate(nb_, context_, options.plain_time_scale, options.added_time_scale);
   }
 
   void BuildOptions(absl::Span<const PlanSequence> batch, absl::Span<const TreeShape> candidates,
@@ -102,7 +103,7 @@ class ShapeSearch {
            cost_.overhead;
   }
 
-  const StepCost cost_;
+  StepCost cost_;  // calibrated in the constructor
   const int64_t nb_;
   const double explore_;
   const bool has_knee_;
@@ -354,6 +355,14 @@ absl::Status PlannerOptions::Validate() const {
   if (!std::isfinite(explore) || explore < 0.0) {
     return absl::InvalidArgumentError(
         absl::StrCat("explore must be finite and >= 0, got ", explore));
+  }
+  for (const auto& [name, scale] : {std::pair<const char*, double>{"plain_time_scale",
+                                                                   plain_time_scale},
+                                     {"added_time_scale", added_time_scale}}) {
+    if (!std::isfinite(scale) || scale <= 0.0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " must be finite and > 0, got ", scale));
+    }
   }
   if (!std::isfinite(overhead_seconds) || overhead_seconds < 0.0) {
     return absl::InvalidArgumentError(

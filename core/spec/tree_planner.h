@@ -111,6 +111,12 @@ struct PlannerOptions {
   double overhead_seconds = 0.0;  // per-step time outside drafting and verifying
   int64_t max_step_tokens = 0;    // PruneTrees: verified tokens per step, roots included; 0: no cap
   bool sibling_prefix = true;     // PruneTrees keeps children as a prefix in draft order
+  // PlanShapes: measured over modelled step time (the lane's calibration,
+  // coordinator/spec_planner.h). The plain step (overhead included) takes
+  // plain_time_scale times its modelled time, and what trees add to it
+  // (tree tokens, drafting) added_time_scale times theirs. Both > 0.
+  double plain_time_scale = 1.0;
+  double added_time_scale = 1.0;
   absl::Status Validate() const;
 };
 

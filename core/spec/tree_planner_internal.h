@@ -45,6 +45,31 @@ struct StepCost {
     return std::max(t, v_min);
   }
 
+  // The same costs for a batch of `batch` with `context` cached tokens,
+  // calibrated: Verify(batch, batch) + overhead becomes kp times itself, and
+  // every increment over it (tree tokens, drafting) km times itself. Exact
+  // for tokens >= batch, the only ones a plan verifies; the per-step term may
+  // go negative for that.
+  void Calibrate(int64_t batch, int64_t context, double kp, double km) {
+    if (kp == 1.0 && km == 1.0) return;
+    const double plain = Verify(batch, batch, context) + overhead;
+    const double past = v.knee_tokens > 0 ? std::max<int64_t>(0, batch - v.knee_tokens) : 0;
+    const double tokens_part =
+        v.per_token * static_cast<double>(batch) + v.per_token_past_knee * past;
+    v.per_token *= km;
+    v.per_token_past_knee *= km;
+    v.per_step = kp * plain - km * tokens_part;
+    v.per_sequence = 0.0;
+    v.per_context_token = 0.0;
+    v_min = 0.0;
+    overhead = 0.0;
+    d.per_call *= km;
+    d.per_level *= km;
+    d.per_sequence_level *= km;
+    d.per_node *= km;
+    d_min *= km;
+  }
+
   double Draft(int64_t levels, int64_t seq_levels, int64_t nodes) const {
     if (levels <= 0) return 0.0;
     double t = 0.0;

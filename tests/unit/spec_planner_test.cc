@@ -1,6 +1,6 @@
 // The lane's planner state (coordinator/spec_planner.h): start-up profiles as
-// priors, and the measured check that overrides the models when the realized
-// rate of speculative steps falls below that of plain steps.
+// priors, and the measured check that calibrates the models' step times per
+// batch size and arm.
 #include "coordinator/spec_planner.h"
 
 #include "gtest/gtest.h"
@@ -8,7 +8,7 @@
 namespace treespec {
 namespace {
 
-// A planner whose models make chain:3 pay clearly for a batch of 4: cheap
+// A planner whose models make chain:3 pay 2x for a batch of 4: cheap
 // drafting, verify dominated by its per-step cost, drafts always accepted.
 SpecPlanner PayingPlanner() {
   SpecPlannerOptions o;
@@ -19,7 +19,7 @@ SpecPlanner PayingPlanner() {
   SpecPlanner p(o);
   VerifyCostModel::Coefficients v;
   v.per_step = 10e-3;
-  v.per_token = 0.1e-3;
+  v.per_token = 1e-3;
   p.SetVerifyProfile(*VerifyCostModel::FromCoefficients(v));
   p.SetDraftProfile(*DraftCostModel::FromCoefficients({0.1e-3, 0.0, 0.1e-3, 0.0}));
   TokenTree chain;
@@ -43,42 +43,94 @@ TEST(SpecPlannerTest, ModelsAloneSpeculateWhenItPays) {
   EXPECT_EQ(plan->shapes[0]->ToString(), "chain:3");
 }
 
-TEST(SpecPlannerTest, MeasuredCheckTurnsSlowSpeculationPlain) {
+// The models say chain:3 pays about 2x; measured, what speculation added to
+// the step took 4x its modelled time. Calibrated, plain wins, so only check
+// steps speculate (planned by the uncalibrated models), and the factor is
+// kept per batch-size bucket.
+TEST(SpecPlannerTest, TimeCalibrationTurnsSpeculationSlowerThanPredictedPlain) {
   SpecPlanner p = PayingPlanner();
-  // Measured: speculative steps commit 8 tokens in 40 ms, plain steps 4 in 10 ms.
-  p.ObserveStepRate(4, 8, 40e-3, /*speculated=*/true);
-  p.ObserveStepRate(4, 4, 10e-3, /*speculated=*/false);
-  EXPECT_LT(p.realized_spec_ratio(), p.realized_plain_ratio());
-  int speculated = 0;
+  auto first = p.Plan(Batch4(), true);
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(first->call_drafter);
+  EXPECT_DOUBLE_EQ(p.time_factor(true, 4), 1.0);
+  const double plain = first->plain_seconds, added = first->step_seconds - first->plain_seconds;
+  p.ObserveStepRate(4, 16, plain + 4 * added, /*speculated=*/true);
+  EXPECT_NEAR(p.time_factor(true, 4), 4.0, 1e-9);
+  EXPECT_NEAR(p.time_factor(true, 5), 4.0, 1e-9) << "same bucket (4-7)";
+  EXPECT_NEAR(p.time_factor(true, 64), 4.0, 1e-9) << "borrowed from the nearest bucket";
+  EXPECT_DOUBLE_EQ(p.time_factor(false, 4), 1.0) << "plain not measured";
+  for (int step = 2; step <= 8; ++step) {
+    auto plan = p.Plan(Batch4(), true);
+    ASSERT_TRUE(plan.ok());
+    EXPECT_EQ(plan->call_drafter, step % 4 == 0)
+        << "step " << step << ": only check steps speculate";
+    if (plan->call_drafter) {
+      EXPECT_NEAR(plan->step_seconds, first->step_seconds, 1e-12) << "the uncalibrated plan";
+      p.ObserveStepRate(4, 16, plain + 4 * added, true);
+    } else {
+      p.ObserveStepRate(4, 4, plain, false);
+    }
+  }
+  EXPECT_NEAR(p.time_factor(true, 4), 4.0, 1e-9);
+  EXPECT_NEAR(p.time_factor(false, 4), 1.0, 1e-9);
+  // A larger batch measured on its own keeps its own factor.
+  std::vector<PlanSequence> batch64(64);
+  auto big = p.Plan(batch64, true);
+  ASSERT_TRUE(big.ok());
+  EXPECT_FALSE(big->call_drafter) << "km 4 borrowed from batch 4";
+  p.ObserveStepRate(64, 64, big->plain_seconds * 0.5, /*speculated=*/false);
+  EXPECT_NEAR(p.time_factor(false, 64), 0.5, 1e-9);
+  EXPECT_NEAR(p.time_factor(false, 4), 1.0, 1e-9);
+  EXPECT_NEAR(p.time_factor(false, 16), 0.5, 1e-9) << "nearest measured: 64 (bucket 6 vs 2)";
+}
+
+// Measured as modelled: speculation stays on, and every check step is plain.
+TEST(SpecPlannerTest, TimeCalibrationKeepsPayingSpeculation) {
+  SpecPlanner p = PayingPlanner();
   for (int step = 1; step <= 8; ++step) {
     auto plan = p.Plan(Batch4(), true);
     ASSERT_TRUE(plan.ok());
-    speculated += plan->call_drafter;
-    EXPECT_EQ(plan->call_drafter, step % 4 == 0) << "step " << step << ": only check steps speculate";
+    EXPECT_EQ(plan->call_drafter, step % 4 != 0)
+        << "step " << step << ": plain on check steps only";
+    p.ObserveStepRate(4, plan->call_drafter ? 16 : 4,
+                      plan->call_drafter ? plan->step_seconds : plan->plain_seconds,
+                      plan->call_drafter);
   }
-  EXPECT_EQ(speculated, 2);
+  EXPECT_NEAR(p.time_factor(true, 4), 1.0, 1e-9);
+  EXPECT_NEAR(p.time_factor(false, 4), 1.0, 1e-9);
 }
 
-TEST(SpecPlannerTest, MeasuredCheckKeepsPayingSpeculation) {
+// Plain steps slower than modelled make speculation pay more: the plain
+// factor scales the plain step, and speculation's added time is learned net
+// of it.
+TEST(SpecPlannerTest, TimeCalibrationLearnsTheAddedTimeNetOfThePlainError) {
   SpecPlanner p = PayingPlanner();
-  p.ObserveStepRate(4, 14, 15e-3, /*speculated=*/true);
-  p.ObserveStepRate(4, 4, 10e-3, /*speculated=*/false);
-  EXPECT_GT(p.realized_spec_ratio(), p.realized_plain_ratio());
-  for (int step = 1; step <= 8; ++step) {
-    auto plan = p.Plan(Batch4(), true);
-    ASSERT_TRUE(plan.ok());
-    EXPECT_EQ(plan->call_drafter, step % 4 != 0) << "step " << step << ": plain on check steps only";
-  }
+  auto plan = p.Plan(Batch4(), true);
+  ASSERT_TRUE(plan.ok());
+  const double plain = plan->plain_seconds, added = plan->step_seconds - plan->plain_seconds;
+  for (int step = 2; step <= 4; ++step) ASSERT_TRUE(p.Plan(Batch4(), true).ok());
+  // Step 4 was a check step (plain): it measured 2x the plain model.
+  p.ObserveStepRate(4, 4, 2 * plain, false);
+  EXPECT_NEAR(p.time_factor(false, 4), 2.0, 1e-9);
+  auto next = p.Plan(Batch4(), true);
+  ASSERT_TRUE(next.ok());
+  ASSERT_TRUE(next->call_drafter);
+  EXPECT_NEAR(next->plain_seconds, 2 * plain, 1e-12);
+  EXPECT_NEAR(next->step_seconds, 2 * plain + added, 1e-12);
+  p.ObserveStepRate(4, 16, 2 * plain + 1.5 * added, true);
+  EXPECT_NEAR(p.time_factor(true, 4), 1.5, 1e-9);
 }
 
-TEST(SpecPlannerTest, WithoutAPlainMeasurementOnlyCheckStepsArePlain) {
+// A step whose batch is not the planned one (a sequence finished or joined in
+// between) teaches no factor; nor does a step nobody planned.
+TEST(SpecPlannerTest, TimeCalibrationNeedsThePlannedBatch) {
   SpecPlanner p = PayingPlanner();
-  p.ObserveStepRate(4, 8, 40e-3, /*speculated=*/true);
-  for (int step = 1; step <= 4; ++step) {
-    auto plan = p.Plan(Batch4(), true);
-    ASSERT_TRUE(plan.ok());
-    EXPECT_EQ(plan->call_drafter, step != 4) << "step " << step;
-  }
+  auto plan = p.Plan(Batch4(), true);
+  ASSERT_TRUE(plan.ok());
+  p.ObserveStepRate(3, 12, 4 * plan->step_seconds, /*speculated=*/true);
+  EXPECT_DOUBLE_EQ(p.time_factor(true, 4), 1.0);
+  p.ObserveStepRate(4, 12, 4 * plan->step_seconds, /*speculated=*/true);
+  EXPECT_DOUBLE_EQ(p.time_factor(true, 4), 1.0) << "one observation per plan";
 }
 
 }  // namespace

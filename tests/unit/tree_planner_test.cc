@@ -269,6 +269,52 @@ TEST(TreePlannerTest, BudgetFixedShapesAndUnavailableDrafters) {
   EXPECT_EQ(p->shapes[3]->ToString(), "2,1");
 }
 
+// The lane's calibration (plain_time_scale kp, added_time_scale km): the
+// plain step takes kp times its modelled time, what a plan adds km times,
+// and as km grows the trees shrink to none, exactly as with models whose
+// per-token and drafting costs are km times larger.
+TEST(TreePlannerTest, CalibratedTimesScaleThePlainStepAndWhatTreesAdd) {
+  const AcceptanceModel acc = Trained({0.7, 0.1, 0.05}, 3);
+  const auto batch = Batch(16);
+  const VerifyCostModel verify = Verify(4e-3, 1e-5, 5e-5, 1e-7, 2e-4, 32);
+  const DraftCostModel draft = Draft(1e-4, 2e-5, 1e-6, 1e-7);
+  absl::StatusOr<ShapePlan> raw = PlanShapes(batch, Candidates(), acc, verify, draft, {});
+  ASSERT_TRUE(raw.ok()) << raw.status();
+  ASSERT_TRUE(raw->call_drafter);
+  PlannerOptions o;
+  o.plain_time_scale = 0.5;
+  o.added_time_scale = 1.0;
+  absl::StatusOr<ShapePlan> cheap_plain = PlanShapes(batch, Candidates(), acc, verify, draft, o);
+  ASSERT_TRUE(cheap_plain.ok());
+  EXPECT_NEAR(cheap_plain->plain_seconds, 0.5 * raw->plain_seconds, 1e-12);
+  int64_t last = TotalNodes(*raw);
+  for (double km : {1.5, 3.0, 10.0, 100.0}) {
+    o.plain_time_scale = 2.0;
+    o.added_time_scale = km;
+    absl::StatusOr<ShapePlan> p = PlanShapes(batch, Candidates(), acc, verify, draft, o);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_NEAR(p->plain_seconds, 2.0 * raw->plain_seconds, 1e-12) << km;
+    EXPECT_LE(TotalNodes(*p), last) << "km " << km;
+    last = TotalNodes(*p);
+    EXPECT_GE(p->tokens_per_second(), p->plain_tokens_per_second() * (1 - 1e-12));
+    // The same shapes under the uncalibrated models: what they add, times km.
+    if (p->call_drafter) {
+      std::vector<PlanSequence> fixed = batch;
+      for (size_t i = 0; i < fixed.size(); ++i) fixed[i].fixed_shape = p->shapes[i];
+      absl::StatusOr<ShapePlan> same = PlanShapes(fixed, Candidates(), acc, verify, draft, {});
+      ASSERT_TRUE(same.ok());
+      EXPECT_NEAR(p->step_seconds - p->plain_seconds,
+                  km * (same->step_seconds - same->plain_seconds), 1e-9)
+          << "km " << km;
+    }
+  }
+  EXPECT_LT(last, TotalNodes(*raw));
+  EXPECT_EQ(last, 0) << "km 100: no tree pays";
+  o.added_time_scale = 0.0;
+  EXPECT_EQ(PlanShapes(batch, Candidates(), acc, verify, draft, o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(TreePlannerTest, BadInputsAreInvalidArgument) {
   const AcceptanceModel acc = Trained({0.5}, 7, 10);
   std::vector<PlanSequence> batch = Batch(2);
