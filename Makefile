@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 
-.PHONY: all deps configure build test test-all fuzz sanitize asan tsan demo demo-models goldens clean
+.PHONY: all deps configure build test test-all fuzz sanitize asan asan-unit tsan demo demo-models goldens clean
 
 all: build
 
@@ -34,11 +34,14 @@ fuzz:
 
 # The tests under ASan + UBSan (build-asan/, everything) and TSan (build-tsan/,
 # the lane, step machine and communicator tests); clang, no CUDA; see
-# tools/sanitize.sh. `make asan` and `make tsan` run one of the two.
+# tools/sanitize.sh. `make asan` and `make tsan` run one of the two; `make
+# asan-unit` only the unit and golden tests under ASan + UBSan (what CI runs).
 sanitize:
 	JOBS=$(JOBS) bash tools/sanitize.sh all $(CTEST_FLAGS)
 asan:
 	JOBS=$(JOBS) bash tools/sanitize.sh asan $(CTEST_FLAGS)
+asan-unit:
+	JOBS=$(JOBS) bash tools/sanitize.sh asan-unit $(CTEST_FLAGS)
 tsan:
 	JOBS=$(JOBS) bash tools/sanitize.sh tsan $(CTEST_FLAGS)
 

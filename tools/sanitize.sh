@@ -3,10 +3,13 @@
 #
 #   asan  build-asan/: everything (libraries, service binaries, unit, golden
 #         and integration tests) with ASan + UBSan, then every ctest test.
+#   asan-unit  build-asan/ too, but only the unit and golden test
+#         executables (and the converter a golden test runs) are built and
+#         only the tests labelled unit or golden run: what CI runs every time.
 #   tsan  build-tsan/: the lane, step machine, coordinator-telemetry and
 #         communicator tests (TSAN_TESTS) with TSan, then those tests.
 #
-#   tools/sanitize.sh [asan|tsan|all (default)] [extra ctest arguments]
+#   tools/sanitize.sh [asan|asan-unit|tsan|all (default)] [extra ctest arguments]
 #
 # Sanitizer reports go to files (log_path) under <build>/sanitizer-logs/ as
 # well as failing the process that hit them, so that one in a service binary
@@ -56,18 +59,24 @@ check_reports() {  # log_dir
   fi
 }
 
-run_asan() {
-  local t0 t1 t2 logs=$ROOT/build-asan/sanitizer-logs status=0
+run_asan() {  # [--unit] [ctest arguments]
+  local t0 t1 t2 logs=$ROOT/build-asan/sanitizer-logs status=0 targets=() select=()
+  if [ "${1:-}" == --unit ]; then
+    shift
+    for f in tests/unit/*_test.cc tests/golden/*_test.cc; do targets+=("$(basename "$f" .cc)"); done
+    targets+=(treespec-convert-llama2c)
+    select=(-L '^(unit|golden)$')
+  fi
   t0=$(date +%s)
   configure build-asan address,undefined
-  cmake --build build-asan -j "$JOBS"
+  cmake --build build-asan -j "$JOBS" ${targets[@]:+--target "${targets[@]}"}
   t1=$(date +%s)
   rm -rf "$logs" && mkdir -p "$logs"
   ASAN_OPTIONS="detect_leaks=1:detect_stack_use_after_return=0:check_initialization_order=1:strict_init_order=1:log_path=$logs/asan:log_exe_name=1" \
   LSAN_OPTIONS="suppressions=$SUPP/lsan.supp:print_suppressions=0" \
   UBSAN_OPTIONS="suppressions=$SUPP/ubsan.supp:print_stacktrace=1:halt_on_error=1:log_path=$logs/ubsan:log_exe_name=1" \
     ctest --test-dir build-asan --output-on-failure -j "$JOBS" --timeout 900 \
-      ${ASAN_EXCLUDE:+-E "$ASAN_EXCLUDE"} "$@" || status=$?
+      ${ASAN_EXCLUDE:+-E "$ASAN_EXCLUDE"} "${select[@]}" "$@" || status=$?
   t2=$(date +%s)
   check_reports "$logs" || status=1
   echo "asan+ubsan: build $((t1 - t0)) s, tests $((t2 - t1)) s"
@@ -96,6 +105,7 @@ run_tsan() {
 
 case "$WHICH" in
   asan) run_asan "$@" ;;
+  asan-unit) run_asan --unit "$@" ;;
   tsan) run_tsan "$@" ;;
   all)
     status=0
@@ -103,5 +113,5 @@ case "$WHICH" in
     run_tsan "$@" || status=1
     exit $status
     ;;
-  *) echo "usage: tools/sanitize.sh [asan|tsan|all] [ctest arguments]" >&2; exit 2 ;;
+  *) echo "usage: tools/sanitize.sh [asan|asan-unit|tsan|all] [ctest arguments]" >&2; exit 2 ;;
 esac
