@@ -40,7 +40,8 @@ ABSL_FLAG(int32_t, beam_width, 3,
           "width <= shape nodes / length)");
 ABSL_FLAG(int32_t, beam_length, 4,
           "redrafter: beam-search draft length (capped by each request's tree depth)");
-ABSL_FLAG(std::string, device, "cpu", "Backend: cpu, cpu:THREADS, cuda, cuda:N, cuda:N:bf16");
+ABSL_FLAG(std::string, device, "cpu",
+          "Backend: cpu[:THREADS][:f32|f16|bf16|auto] (CPU weight type), cuda[:N][:f16|bf16]");
 ABSL_FLAG(int64_t, max_sequences, 64, "Most concurrently open sequences");
 ABSL_FLAG(int64_t, max_tree_nodes, 64, "Largest tree per sequence (root included)");
 ABSL_FLAG(int64_t, max_context, 4096, "transformer: longest sequence in the drafter's KV cache");

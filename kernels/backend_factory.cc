@@ -56,7 +56,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const std::string& spec) 
     return CreateCudaBackend(index, dtype);
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("--device: unknown device '", spec, "' (expected cpu, cuda, cuda:N[:bf16])"));
+      absl::StrCat("--device: unknown device '", spec,
+                   "' (expected cpu[:THREADS][:f32|f16|bf16|auto] or cuda[:N][:f16|bf16])"));
 }
 
 }  // namespace treespec

@@ -35,7 +35,8 @@
 ABSL_FLAG(std::string, model, "",
           "Hugging Face model directory of the target (Llama family or Mamba), or a "
           "llama-family .gguf file");
-ABSL_FLAG(std::string, device, "cpu", "Backend: cpu, cpu:THREADS, cuda, cuda:N, cuda:N:bf16");
+ABSL_FLAG(std::string, device, "cpu",
+          "Backend: cpu[:THREADS][:f32|f16|bf16|auto] (CPU weight type), cuda[:N][:f16|bf16]");
 ABSL_FLAG(int64_t, kv_blocks, 0, "KV cache blocks of --kv_block_size tokens (0: from --kv_tokens)");
 ABSL_FLAG(int64_t, kv_tokens, 65536, "KV cache capacity in tokens when --kv_blocks is 0");
 ABSL_FLAG(int64_t, kv_block_size, 16, "Tokens per KV cache block");

@@ -34,7 +34,8 @@ ABSL_FLAG(int32_t, num_prompts, 50, "Prompts used (from the top of the file)");
 ABSL_FLAG(std::string, trees, "chain:4;3,2,2,1,1;3,3,2,1", "';'-separated tree shapes");
 ABSL_FLAG(int32_t, max_tokens, 128, "New tokens per prompt");
 ABSL_FLAG(std::string, temperatures, "0,1", "Temperatures (0 greedy; > 0 multi-round verification)");
-ABSL_FLAG(std::string, device, "cpu", "Backend: cpu, cpu:THREADS, cuda, cuda:N[:bf16]");
+ABSL_FLAG(std::string, device, "cpu",
+          "Backend: cpu[:THREADS][:f32|f16|bf16|auto] (CPU weight type), cuda[:N][:f16|bf16]");
 ABSL_FLAG(bool, markdown, false, "Print a Markdown table");
 ABSL_FLAG(int32_t, top_k, 32, "Support of the draft distribution q when sampling (drafter --top_k)");
 

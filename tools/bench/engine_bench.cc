@@ -14,7 +14,8 @@
 #include "core/model/mamba.h"
 #include "core/util/cli_args.h"
 
-ABSL_FLAG(std::string, device, "cpu", "Backend: cpu, cpu:THREADS, cuda, cuda:N[:bf16]");
+ABSL_FLAG(std::string, device, "cpu",
+          "Backend: cpu[:THREADS][:f32|f16|bf16|auto] (CPU weight type), cuda[:N][:f16|bf16]");
 ABSL_FLAG(int32_t, decode_steps, 16, "Timed decode steps per configuration");
 ABSL_FLAG(int32_t, prefill, 128, "Prompt tokens per sequence for the prefill measurement");
 ABSL_FLAG(int32_t, repeats, 3, "Repeats; the best is reported");

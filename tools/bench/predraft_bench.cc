@@ -39,7 +39,8 @@ ABSL_FLAG(std::string, predraft, "0,1,2,4", "Drafter --predraft settings to comp
 ABSL_FLAG(double, verify_ms, -1.0,
           "Verify window per step in ms (a remote target's verify time); negative: the demo "
           "target's measured in-process verify time");
-ABSL_FLAG(std::string, device, "cpu", "Backend: cpu, cpu:THREADS, cuda, cuda:N[:bf16]");
+ABSL_FLAG(std::string, device, "cpu",
+          "Backend: cpu[:THREADS][:f32|f16|bf16|auto] (CPU weight type), cuda[:N][:f16|bf16]");
 
 namespace treespec {
 namespace {

@@ -19,7 +19,8 @@ ABSL_FLAG(double, temperature, 0.0, "0: greedy; otherwise sampling temperature")
 ABSL_FLAG(double, top_p, 1.0, "Nucleus sampling mass in (0, 1]");
 ABSL_FLAG(int32_t, top_k, 0, "Keep only the k most likely tokens (0: off)");
 ABSL_FLAG(uint64_t, seed, 0, "Random seed (sample i uses seed + i)");
-ABSL_FLAG(std::string, device, "cpu", "Backend: cpu, cpu:THREADS, cuda, cuda:N[:bf16]");
+ABSL_FLAG(std::string, device, "cpu",
+          "Backend: cpu[:THREADS][:f32|f16|bf16|auto] (CPU weight type), cuda[:N][:f16|bf16]");
 ABSL_FLAG(int64_t, num_samples, 1, "Samples to generate (> 1 needs --output)");
 ABSL_FLAG(int64_t, batch, 32, "Samples decoded together");
 ABSL_FLAG(std::string, output, "",

@@ -16,7 +16,8 @@ ABSL_FLAG(std::string, model, "", "Hugging Face model directory");
 ABSL_FLAG(std::string, prompt, "", "Prompt text (tokenized with the model's tokenizer)");
 ABSL_FLAG(std::string, ids, "", "Prompt as comma-separated token ids (instead of --prompt)");
 ABSL_FLAG(std::string, out, "", "Output .npy file");
-ABSL_FLAG(std::string, device, "cpu", "Backend: cpu, cpu:THREADS, cuda, cuda:N[:bf16]");
+ABSL_FLAG(std::string, device, "cpu",
+          "Backend: cpu[:THREADS][:f32|f16|bf16|auto] (CPU weight type), cuda[:N][:f16|bf16]");
 
 namespace treespec {
 namespace {
