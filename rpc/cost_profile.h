@@ -9,9 +9,10 @@
 // checkpoints named alike do not share an entry) and the device string with
 // its dtype and host threads, and the engine's build (EngineBuildId), so a
 // rebuilt engine, whose kernels may be faster or slower, measures afresh
-// instead of planning with the old binary's costs. A cache entry that does not parse, or was
-// written for another key, is ignored with a warning and measured afresh:
-// the cache can only save time, never stop a service from starting.
+// instead of planning with the old binary's costs. A cache entry that does
+// not parse, or was written for another key, is ignored with a warning and
+// measured afresh: the cache can only save time, never stop a service from
+// starting.
 //
 // Both services store their half in a StepCostModel (step_cost_model.h); the
 // other half stays at zero coefficients.
