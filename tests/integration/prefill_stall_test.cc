@@ -71,9 +71,9 @@ void SplitGaps(const Arrivals& arrivals, Clock::time_point start, Clock::time_po
 // p99 5.17 ms. The rest is contention for two cores among the worker, the
 // drafter's chunked prefill, the coordinator and the test's clients: with
 // the streams and the prompt on no drafter at all (and a niced fuzzer on
-// the machine) the p99 was still
-// 8.1-8.8 ms against medians of 2.7-3.1 ms, and plain passes alone, far from
-// any admission, reach 6.8 ms (2.7x their median) about once per hundred.
+// the machine) the p99 was still 8.1-8.8 ms against medians of 2.7-3.1 ms,
+// and plain passes alone, far from any admission, reach 6.8 ms (2.7x their
+// median) about once per hundred.
 // Run it with --gtest_also_run_disabled_tests.
 TEST(PrefillStallTest, DISABLED_LongPromptAdmissionKeepsLiveStreamsAtPace) {
   if (!HaveDemoModels()) GTEST_SKIP() << "models/demo is missing";
