@@ -15,11 +15,14 @@ AcceptanceModel MakeAcceptance(const AcceptanceModelOptions& o) {
 
 constexpr double kOverheadDecay = 0.9;
 constexpr double kMinFactor = 0.25, kMaxFactor = 8.0;
+constexpr int64_t kMaxCheckBackoff = 16;
 
 }  // namespace
 
 SpecPlanner::SpecPlanner(SpecPlannerOptions options)
     : options_(std::move(options)),
+      check_interval_(options_.check_every),
+      next_check_(options_.check_every),
       greedy_(MakeAcceptance(options_.acceptance)),
       sampling_(MakeAcceptance(options_.acceptance)) {}
 
@@ -96,23 +99,32 @@ absl::StatusOr<ShapePlan> SpecPlanner::Plan(absl::Span<const PlanSequence> batch
   const int64_t b = static_cast<int64_t>(batch.size());
   const double raw_plain = verify_.Predict({b, b, 0}) + overhead_;
   const double kp = time_factor(false, b), km = time_factor(true, b);
-  const bool check_step = options_.check_every > 0 && ++planned_ % options_.check_every == 0;
+  ++planned_;
+  const bool check_step = options_.check_every > 0 && planned_ >= next_check_;
   absl::StatusOr<ShapePlan> plan = CalibratedPlan(batch, a, o, kp, km);
   if (!plan.ok()) return plan;
   double km_used = km;
   bool speculate = Pays(*plan);
+  if (speculate && check_interval_ != options_.check_every) {
+    check_interval_ = options_.check_every;
+    next_check_ = std::min(next_check_, planned_ + check_interval_);
+  }
   if (check_step) {
     if (speculate) {
       speculate = false;  // measure plain again
     } else if (km != 1.0) {
-      // Measure speculation again, as the uncalibrated models would plan it.
+      // Measure speculation again, as the uncalibrated models would plan it;
+      // while that keeps losing, ever more rarely (see the header comment).
       absl::StatusOr<ShapePlan> raw = CalibratedPlan(batch, a, o, kp, 1.0);
       if (raw.ok() && Pays(*raw)) {
         plan = std::move(raw);
         km_used = 1.0;
         speculate = true;
+        check_interval_ =
+            std::min<int64_t>(2 * check_interval_, kMaxCheckBackoff * options_.check_every);
       }
     }
+    next_check_ = planned_ + check_interval_;
   }
   last_batch_ = b;
   last_raw_plain_ = raw_plain;

@@ -55,11 +55,16 @@
 // the shapes as well as the go / no-go: a km of 1.5 makes deep trees lose
 // first. A bucket without measurements borrows the nearest measured
 // bucket's factor (1 when none is). A plan speculates when its calibrated
-// rate beats plain decoding's by min_gain. Every `check_every`-th planned
-// step takes the other arm, so the factors stay current: plain when the
-// plan speculates, and otherwise the plan of the uncalibrated models when
-// those say speculation pays (at most 1 step in check_every runs the arm
-// not preferred).
+// rate beats plain decoding's by min_gain. Check steps take the other arm,
+// so the factors stay current: plain when the plan speculates, and otherwise
+// the plan of the uncalibrated models when those say speculation pays.
+// While speculation is preferred, every `check_every`-th planned step is a
+// check step. While plain is, the interval doubles after each speculative
+// check, up to 16 * check_every: such a step can cost several plain steps
+// (measured with the EAGLE head at 16 sequences: check steps of deep trees
+// made the lane 5-8% slower than plain decoding although it decoded plainly
+// otherwise), and a drafter that keeps losing is retried ever more rarely;
+// the interval returns to check_every as soon as speculation pays again.
 //
 // The UCB bandit's role is the exploration bonus on shape-level acceptance
 // (PlannerOptions::explore): a drafter that looks useless is retried now and
@@ -104,9 +109,10 @@ struct SpecPlannerOptions {
   // extrapolates to a large batch as a big constant that favours deep trees.
   // A start-up profile that varies context on its own can identify it.
   TreeShape probe = *TreeShape::FromFanouts({1, 1, 1});  // chain:3
-  // The measured check (see the header comment): every `check_every`
-  // planned steps the other arm (speculate / plain) is taken once, so both
-  // time factors stay current. 0: no check.
+  // The measured check (see the header comment): check steps take the
+  // other arm (speculate / plain) so both time factors stay current; every
+  // `check_every` planned steps while speculating, backing off to 16 times
+  // that while plain. 0: no check.
   int check_every = 16;
   double calibration_decay = 0.7;  // EMA weight of the old time factor
 };
@@ -165,6 +171,8 @@ class SpecPlanner {
   int probes_ = 0;                        // probe steps planned
   double overhead_ = 0.0;                 // EMA of verify RPC wall − forward time
   int64_t planned_ = 0;                   // planned steps after the probes
+  int64_t check_interval_ = 0;            // planned steps between check steps
+  int64_t next_check_ = 0;                // the next check step's planned_
   static constexpr int kBuckets = 12;     // batch 1, 2-3, 4-7, ..., >= 2048
   double time_factor_[2][kBuckets] = {};  // [km?][bucket]; 0: not measured
   // The last plan's batch size (0: none to learn from), its modelled plain

@@ -3,6 +3,9 @@
 // batch size and arm.
 #include "coordinator/spec_planner.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "gtest/gtest.h"
 
 namespace treespec {
@@ -45,8 +48,8 @@ TEST(SpecPlannerTest, ModelsAloneSpeculateWhenItPays) {
 
 // The models say chain:3 pays about 2x; measured, what speculation added to
 // the step took 4x its modelled time. Calibrated, plain wins, so only check
-// steps speculate (planned by the uncalibrated models), and the factor is
-// kept per batch-size bucket.
+// steps speculate (planned by the uncalibrated models), ever more rarely,
+// and the factor is kept per batch-size bucket.
 TEST(SpecPlannerTest, TimeCalibrationTurnsSpeculationSlowerThanPredictedPlain) {
   SpecPlanner p = PayingPlanner();
   auto first = p.Plan(Batch4(), true);
@@ -59,18 +62,21 @@ TEST(SpecPlannerTest, TimeCalibrationTurnsSpeculationSlowerThanPredictedPlain) {
   EXPECT_NEAR(p.time_factor(true, 5), 4.0, 1e-9) << "same bucket (4-7)";
   EXPECT_NEAR(p.time_factor(true, 64), 4.0, 1e-9) << "borrowed from the nearest bucket";
   EXPECT_DOUBLE_EQ(p.time_factor(false, 4), 1.0) << "plain not measured";
-  for (int step = 2; step <= 8; ++step) {
+  // Check steps, backing off while speculation keeps losing: 4, +8, +16,
+  // +32, then every 64 (16 * check_every).
+  std::vector<int> speculated;
+  for (int step = 2; step <= 200; ++step) {
     auto plan = p.Plan(Batch4(), true);
     ASSERT_TRUE(plan.ok());
-    EXPECT_EQ(plan->call_drafter, step % 4 == 0)
-        << "step " << step << ": only check steps speculate";
     if (plan->call_drafter) {
+      speculated.push_back(step);
       EXPECT_NEAR(plan->step_seconds, first->step_seconds, 1e-12) << "the uncalibrated plan";
       p.ObserveStepRate(4, 16, plain + 4 * added, true);
     } else {
       p.ObserveStepRate(4, 4, plain, false);
     }
   }
+  EXPECT_EQ(speculated, (std::vector<int>{4, 12, 28, 60, 124, 188}));
   EXPECT_NEAR(p.time_factor(true, 4), 4.0, 1e-9);
   EXPECT_NEAR(p.time_factor(false, 4), 1.0, 1e-9);
   // A larger batch measured on its own keeps its own factor.
@@ -82,6 +88,39 @@ TEST(SpecPlannerTest, TimeCalibrationTurnsSpeculationSlowerThanPredictedPlain) {
   EXPECT_NEAR(p.time_factor(false, 64), 0.5, 1e-9);
   EXPECT_NEAR(p.time_factor(false, 4), 1.0, 1e-9);
   EXPECT_NEAR(p.time_factor(false, 16), 0.5, 1e-9) << "nearest measured: 64 (bucket 6 vs 2)";
+}
+
+// Speculation that loses backs the checks off; once measured to pay again,
+// the checks return to every check_every steps.
+TEST(SpecPlannerTest, CheckBackoffEndsWhenSpeculationPaysAgain) {
+  SpecPlanner p = PayingPlanner();
+  auto first = p.Plan(Batch4(), true);
+  ASSERT_TRUE(first.ok());
+  const double plain = first->plain_seconds, added = first->step_seconds - first->plain_seconds;
+  p.ObserveStepRate(4, 16, plain + 4 * added, true);
+  std::vector<int> speculated;
+  for (int step = 2; step <= 40; ++step) {
+    auto plan = p.Plan(Batch4(), true);
+    ASSERT_TRUE(plan.ok());
+    if (!plan->call_drafter) {
+      p.ObserveStepRate(4, 4, plain, false);
+      continue;
+    }
+    speculated.push_back(step);
+    // From step 12 on, speculation adds a quarter of its modelled time.
+    p.ObserveStepRate(4, 16, step < 12 ? plain + 4 * added : plain + 0.25 * added, true);
+  }
+  // Break-even is km of about 2.8. Checks at 4 (km stays 4), 12 (km 0.7 * 4
+  // + 0.3 * 0.25 = 2.875) and 28 (km 2.09), then speculation on every step
+  // but the check steps, every 4 again.
+  ASSERT_GE(speculated.size(), 3u);
+  EXPECT_EQ(speculated[0], 4);
+  EXPECT_EQ(speculated[1], 12);
+  EXPECT_EQ(speculated[2], 28);
+  for (int step = 29; step <= 40; ++step) {
+    const bool spec = std::find(speculated.begin(), speculated.end(), step) != speculated.end();
+    EXPECT_EQ(spec, step == 29 || (step - 29) % 4 != 0) << "step " << step;
+  }
 }
 
 // Measured as modelled: speculation stays on, and every check step is plain.
