@@ -2,13 +2,8 @@
 # -fsanitize=fuzzer-no-link (coverage for libFuzzer) plus ASan and UBSan, and
 # only what the targets in tests/fuzz link gets built (EXCLUDE_FROM_ALL), so
 # that CI on two cores builds a few dozen files, not the whole tree.
-if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
-  message(FATAL_ERROR "TREESPEC_FUZZ needs clang (CC=clang CXX=clang++), not "
-                      "${CMAKE_CXX_COMPILER_ID}")
-endif()
-if(TREESPEC_CUDA)
-  message(FATAL_ERROR "TREESPEC_FUZZ builds without CUDA; configure with -DTREESPEC_CUDA=OFF")
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/clang_without_cuda.cmake)
+treespec_require_clang_without_cuda(TREESPEC_FUZZ)
 set(TREESPEC_SANITIZE address,undefined)
 add_compile_options(-fsanitize=fuzzer-no-link,${TREESPEC_SANITIZE}
                     -fno-sanitize-recover=undefined -fno-omit-frame-pointer)

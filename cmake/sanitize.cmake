@@ -13,15 +13,10 @@
 # than RelWithDebInfo's -O2 -g and fast enough to run (README, "Sanitizers").
 # No CUDA and no benchmarks (tools/bench measures speed, which a sanitizer
 # build cannot).
-if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
-  message(FATAL_ERROR "TREESPEC_SANITIZE needs clang (CC=clang CXX=clang++), not "
-                      "${CMAKE_CXX_COMPILER_ID}")
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/clang_without_cuda.cmake)
+treespec_require_clang_without_cuda(TREESPEC_SANITIZE)
 if(TREESPEC_FUZZ)
   message(FATAL_ERROR "TREESPEC_SANITIZE and TREESPEC_FUZZ are separate build dirs")
-endif()
-if(TREESPEC_CUDA)
-  message(FATAL_ERROR "TREESPEC_SANITIZE builds without CUDA; configure with -DTREESPEC_CUDA=OFF")
 endif()
 if(TREESPEC_SANITIZE STREQUAL "address,undefined")
   add_compile_options(-fsanitize=address,undefined -fno-sanitize-recover=undefined)

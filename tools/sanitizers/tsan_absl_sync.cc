@@ -78,6 +78,16 @@ bool Locked(void* mu, unsigned flags, F lock) {
   return ok;
 }
 
+// A lock call that holds `mu` when it returns whatever it returns (the
+// *WithTimeout / *WithDeadline forms); its result is passed through.
+template <typename F>
+auto Held(void* mu, unsigned flags, F lock) {
+  __tsan_mutex_pre_lock(mu, flags);
+  const auto result = lock();
+  __tsan_mutex_post_lock(mu, flags, 0);
+  return result;
+}
+
 // A call that releases `mu` and holds it again when it returns.
 template <typename F>
 auto Waited(void* mu, unsigned flags, F wait) {
@@ -168,12 +178,7 @@ bool Mutex::LockWhenWithTimeout(const Condition& cond, Duration timeout) {
           "_ZN4absl7debian35Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_"
           "8DurationE",
           this, cond, timeout);
-  bool met = false;
-  Locked(this, 0, [&] {
-    met = real(this, cond, timeout);
-    return true;
-  });
-  return met;
+  return Held(this, 0, [&] { return real(this, cond, timeout); });
 }
 
 bool Mutex::ReaderLockWhenWithTimeout(const Condition& cond, Duration timeout) {
@@ -181,12 +186,7 @@ bool Mutex::ReaderLockWhenWithTimeout(const Condition& cond, Duration timeout) {
           "_ZN4absl7debian35Mutex25ReaderLockWhenWithTimeoutERKNS0_"
           "9ConditionENS0_8DurationE",
           this, cond, timeout);
-  bool met = false;
-  Locked(this, kRead, [&] {
-    met = real(this, cond, timeout);
-    return true;
-  });
-  return met;
+  return Held(this, kRead, [&] { return real(this, cond, timeout); });
 }
 
 bool Mutex::LockWhenWithDeadline(const Condition& cond, Time deadline) {
@@ -194,12 +194,7 @@ bool Mutex::LockWhenWithDeadline(const Condition& cond, Time deadline) {
           "_ZN4absl7debian35Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_"
           "4TimeE",
           this, cond, deadline);
-  bool met = false;
-  Locked(this, 0, [&] {
-    met = real(this, cond, deadline);
-    return true;
-  });
-  return met;
+  return Held(this, 0, [&] { return real(this, cond, deadline); });
 }
 
 bool Mutex::ReaderLockWhenWithDeadline(const Condition& cond, Time deadline) {
@@ -207,12 +202,7 @@ bool Mutex::ReaderLockWhenWithDeadline(const Condition& cond, Time deadline) {
           "_ZN4absl7debian35Mutex26ReaderLockWhenWithDeadlineERKNS0_"
           "9ConditionENS0_4TimeE",
           this, cond, deadline);
-  bool met = false;
-  Locked(this, kRead, [&] {
-    met = real(this, cond, deadline);
-    return true;
-  });
-  return met;
+  return Held(this, kRead, [&] { return real(this, cond, deadline); });
 }
 
 // Await is called holding the mutex in either mode; TSan's own record of how
