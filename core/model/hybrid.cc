@@ -233,6 +233,16 @@ absl::Status HybridModel::Forward(const std::vector<ForwardSeq>& seqs, const Ssm
   return Head(a.x, hb.logit_rows, options.argmax_only, out);
 }
 
+// Activation replay (paper 001 §3 "Implementation", Alg. 1 line 7). Why it
+// is right: a Mamba-2 layer's state after a token depends only on the state
+// before its root path and, for each token on the path, its conv input
+// (x, B and C come out of the conv over those inputs) and its raw dt — the
+// in_proj columns the forward pass kept in the activation cache. Running the
+// conv and the recurrence over them again from the committed state, with the
+// same ops and in the same order as a forward pass over that path, rebuilds
+// the state bit for bit, and recomputes no projection, attention or MLP. So
+// verification never materialises the states of the tree's nodes: only the
+// accepted path's state is ever built, once.
 absl::Status HybridModel::Replay(const std::vector<int32_t>& rows, int32_t from, int32_t to,
                                  Mamba2StatePool* pool) {
   if (rows.empty()) return absl::InvalidArgumentError("hybrid: replay of an empty path");

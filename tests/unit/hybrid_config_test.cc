@@ -1,11 +1,16 @@
 // Mamba2ForCausalLM and BambaForCausalLM config.json parsing: the fixtures'
 // fields as transformers 5 reads them, both time_step_limit spellings
 // (transformers 4's bare Infinity, 5's {"__float__": ...}), and every field
-// that changes the math in a way treespec does not compute refused by name.
+// that changes the math in a way treespec does not compute refused by name;
+// checkpoints that do not fit are errors naming the tensor.
+#include <map>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "core/model/config.h"
 #include "core/model/config_fields.h"
+#include "core/model/hybrid.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -136,6 +141,37 @@ TEST(HybridConfigTest, ModelTypesNameTheArchitectures) {
                           {"num_hidden_layers", 2}, {"num_attention_heads", 4},
                           {"partial_rotary_factor", 0.5}};
   ExpectError(llama, absl::StatusCode::kUnimplemented, "partial_rotary_factor");
+}
+
+// A checkpoint that does not match its config is an error naming the tensor.
+TEST(HybridConfigTest, LoadingErrorsNameTheTensor) {
+  const std::string fixtures = testing::SourceDir() + "/tests/fixtures/models/";
+  std::unique_ptr<Backend> backend = CreateCpuBackend();
+  testing::TempDir dir;
+  testing::WriteFile(dir.path() + "/config.json", testing::ReadFile(fixtures + "tiny_mamba2/config.json"));
+  testing::WriteFile(dir.path() + "/model.safetensors",
+                     testing::ReadFile(fixtures + "tiny_bamba/model.safetensors"));
+  auto m = HybridModel::Load(dir.path(), backend.get());
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(m.status().message(), HasSubstr("backbone.embeddings.weight"));
+  // The right names with a wrong shape: 7 heads' worth of dt_bias.
+  std::map<std::string, testing::TestTensor> tensors;
+  tensors["backbone.embeddings.weight"] = testing::F32Tensor({128, 64}, std::vector<float>(128 * 64));
+  tensors["backbone.norm_f.weight"] = testing::F32Tensor({64}, std::vector<float>(64, 1.0f));
+  tensors["lm_head.weight"] = testing::F32Tensor({128, 64}, std::vector<float>(128 * 64));
+  tensors["backbone.layers.0.norm.weight"] = testing::F32Tensor({64}, std::vector<float>(64, 1.0f));
+  tensors["backbone.layers.0.mixer.in_proj.weight"] =
+      testing::F32Tensor({328, 64}, std::vector<float>(328 * 64));
+  tensors["backbone.layers.0.mixer.out_proj.weight"] =
+      testing::F32Tensor({64, 128}, std::vector<float>(64 * 128));
+  tensors["backbone.layers.0.mixer.conv1d.weight"] =
+      testing::F32Tensor({192, 1, 4}, std::vector<float>(192 * 4));
+  tensors["backbone.layers.0.mixer.conv1d.bias"] = testing::F32Tensor({192}, std::vector<float>(192));
+  tensors["backbone.layers.0.mixer.A_log"] = testing::F32Tensor({7}, std::vector<float>(7));
+  testing::WriteSafetensors(dir.path() + "/model.safetensors", tensors);
+  m = HybridModel::Load(dir.path(), backend.get());
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(m.status().message(), HasSubstr("backbone.layers.0.mixer.A_log"));
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // The STree tree scan and activation replay (paper 001 §3, Alg. 1) through
 // HybridSequenceModel, on tiny_mamba2 (pure Mamba-2, n_groups 2) and
-// tiny_bamba (Mamba-2 + attention, partial rotary), all bit for bit on the
-// CPU against decoding one token at a time:
+// tiny_bamba (Mamba-2 + attention, partial rotary), also with f16 / bf16
+// weights kept as stored, all bit for bit on the CPU against decoding one
+// token at a time:
 //  - every node of a packed tree after a committed prefix has the logits of
 //    decoding its root path token by token; a prompt fed as one chain equals
 //    it fed token by token;
@@ -94,7 +95,9 @@ class HybridTreeTest : public ::testing::TestWithParam<std::string> {
     for (size_t t = 0; t < want.size(); ++t) ASSERT_EQ(got[t], want[t]) << what << " token " << t;
   }
 
-  std::unique_ptr<Backend> backend_ = CreateCpuBackend();
+  // f16 / bf16 fixtures keep their weights in that type.
+  std::unique_ptr<Backend> backend_ = CreateCpuBackend(
+      1, GetParam().ends_with("16") ? CpuWeights::kAuto : CpuWeights::kF32);
   std::unique_ptr<SequenceModel> model_;
 };
 
@@ -277,7 +280,9 @@ TEST_P(HybridTreeTest, HiddenStatesAndArgmaxOnly) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, HybridTreeTest, ::testing::Values("tiny_mamba2", "tiny_bamba"),
+INSTANTIATE_TEST_SUITE_P(Fixtures, HybridTreeTest,
+                         ::testing::Values("tiny_mamba2", "tiny_bamba", "tiny_mamba2_f16",
+                                           "tiny_bamba_bf16"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 }  // namespace
