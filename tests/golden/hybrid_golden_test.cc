@@ -7,7 +7,9 @@
 // (transformers decodes them with its one-token recurrent step). f16 / bf16
 // fixtures keep their weights in that type (CpuWeights::kAuto) while
 // transformers widens them to float32: the products are the same, only the
-// summation order may differ.
+// summation order may differ. The _bias fixtures take the other branches:
+// projection, attention and MLP biases, no conv bias, tied embeddings, one
+// group for Mamba2 and two for Bamba, the attention layer first.
 //
 // Tolerance: the row error of golden_data.h (max |a − ref| / max |ref| per
 // position, or per layer of a state) ≤ 1e-4, as for Llama and Mamba.
@@ -151,7 +153,8 @@ TEST_P(HybridGoldenTest, FixtureHasTheAdvertisedDType) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, HybridGoldenTest,
                          ::testing::Values("tiny_mamba2", "tiny_mamba2_f16", "tiny_mamba2_bf16",
-                                           "tiny_bamba", "tiny_bamba_f16", "tiny_bamba_bf16"),
+                                           "tiny_bamba", "tiny_bamba_f16", "tiny_bamba_bf16",
+                                           "tiny_mamba2_bias", "tiny_bamba_bias"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param;
                          });

@@ -6,7 +6,9 @@
 // CommitPath (activation replay on each rank's share of the heads), a chain
 // after it and a tree grown over two calls in a batch with another sequence.
 // tiny_mamba2 splits its 2 groups of B / C over the ranks; tiny_bamba has one
-// group, replicated, so the gated norm's sums of squares are all-reduced.
+// group, replicated, so the gated norm's sums of squares are all-reduced;
+// tiny_mamba2_bias adds in_proj / out_proj biases (the latter added once,
+// after the all-reduce) and tied embeddings (vocab-parallel LM head).
 // Shapes that do not split are a clear error naming the field.
 #include <cmath>
 #include <functional>
@@ -148,7 +150,8 @@ TEST_P(HybridTpTest, TwoRanksMatchOneRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, HybridTpTest,
-                         ::testing::Values("tiny_mamba2", "tiny_bamba", "tiny_bamba_bf16"));
+                         ::testing::Values("tiny_mamba2", "tiny_bamba", "tiny_bamba_bf16",
+                                           "tiny_mamba2_bias"));
 
 TEST(HybridTpErrorsTest, ShapesThatDoNotSplitNameTheField) {
   auto mamba2 = LoadModelConfig(ModelDir("tiny_mamba2"));

@@ -282,7 +282,7 @@ TEST_P(HybridTreeTest, HiddenStatesAndArgmaxOnly) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, HybridTreeTest,
                          ::testing::Values("tiny_mamba2", "tiny_bamba", "tiny_mamba2_f16",
-                                           "tiny_bamba_bf16"),
+                                           "tiny_bamba_bf16", "tiny_bamba_bias"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 }  // namespace

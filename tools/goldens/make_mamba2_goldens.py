@@ -15,6 +15,10 @@ Fixtures (tests/fixtures/models), tiny random weights, safetensors:
                      mixers of 4 heads of 16 (expand 1), state 16, n_groups 1,
                      chunk_size 8, SwiGLU MLP 64 in every layer
   tiny_bamba_f16, tiny_bamba_bf16   likewise
+  tiny_mamba2_bias   one layer with in_proj / out_proj biases, no conv bias, one group,
+                     conv 3, tied embeddings
+  tiny_bamba_bias    attention (first layer, 2 heads / 1 kv head) and MLP biases, mixer
+                     projection biases, no conv bias, two groups, tied embeddings
 
 Goldens (tests/golden/data/<fixture>/, format_version 1 as make_goldens.py):
 per prompt, logits at every position (one forward over the prompt, the chunked
@@ -63,6 +67,32 @@ def bamba_config():
                        bos_token_id=1, eos_token_id=2, pad_token_id=0)
 
 
+def mamba2_bias_config():
+    """The other branches of the mixer: in_proj / out_proj biases, no conv bias,
+    one group, tied embeddings, one layer."""
+    return Mamba2Config(vocab_size=128, hidden_size=32, num_heads=4, head_dim=16, state_size=8,
+                        num_hidden_layers=1, n_groups=1, conv_kernel=3, expand=2, chunk_size=4,
+                        use_bias=True, use_conv_bias=False, tie_word_embeddings=True,
+                        bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+
+def bamba_bias_config():
+    """Bamba with every bias (attention, MLP, mixer projections), no conv bias,
+    two groups, tied embeddings, the attention layer first."""
+    return BambaConfig(vocab_size=128, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                       num_attention_heads=2, num_key_value_heads=1, attn_layer_indices=[0],
+                       mamba_n_heads=4, mamba_d_head=16, mamba_expand=2, mamba_n_groups=2,
+                       mamba_d_state=8, mamba_d_conv=3, mamba_chunk_size=4, mamba_conv_bias=False,
+                       mamba_proj_bias=True, attention_bias=True, mlp_bias=True,
+                       rms_norm_eps=1e-5, tie_word_embeddings=True, max_position_embeddings=4096,
+                       bos_token_id=1, eos_token_id=2, pad_token_id=0)
+
+
+CONFIGS = {"mamba2": (Mamba2ForCausalLM, mamba2_config), "bamba": (BambaForCausalLM, bamba_config),
+           "mamba2_bias": (Mamba2ForCausalLM, mamba2_bias_config),
+           "bamba_bias": (BambaForCausalLM, bamba_bias_config)}
+
+
 def fill(model, seed):
     """Deterministic weights large enough that logits are far from zero, with SSM
     parameters as the Mamba-2 initialisation draws them (jittered)."""
@@ -96,9 +126,11 @@ def fill(model, seed):
 
 def build(kind, seed):
     torch.manual_seed(seed)
-    model = (Mamba2ForCausalLM(mamba2_config()) if kind == "mamba2"
-             else BambaForCausalLM(bamba_config())).eval()
+    cls, config = CONFIGS[kind]
+    model = cls(config()).eval()
     fill(model, seed)
+    if model.config.tie_word_embeddings:
+        model.tie_weights()
     return model
 
 
@@ -223,6 +255,9 @@ def main():
         save_fixture(build(kind, seed).to(torch.bfloat16),
                      os.path.join(args.fixtures, base + "_bf16"))
         names += [base, base + "_f16", base + "_bf16"]
+    for kind, seed in (("mamba2_bias", SEED + 2), ("bamba_bias", SEED + 3)):
+        save_fixture(build(kind, seed), os.path.join(args.fixtures, f"tiny_{kind}"))
+        names.append(f"tiny_{kind}")
     for name in names:
         make_goldens(os.path.join(args.fixtures, name), os.path.join(args.goldens, name), command)
 
