@@ -113,11 +113,10 @@ absl::Status HybridSequenceModel::CheckPath(const Seq& s, const std::vector<int3
   const int32_t total = s.chain > 0 ? static_cast<int32_t>(s.chain)
                                     : static_cast<int32_t>(s.parents.size());
   for (size_t k = 0; k < path.size(); ++k) {
-    const int32_t want_parent = k == 0 ? -1 : path[k - 1];
-    const int32_t parent = s.chain > 0 ? path[k] - 1 : (path[k] >= 0 && path[k] < total
-                                                            ? s.parents[path[k]]
-                                                            : -2);
-    if (path[k] < 0 || path[k] >= total || parent != want_parent) {
+    const bool in_tail = path[k] >= 0 && path[k] < total;
+    // A chain's node i follows node i - 1.
+    const int32_t parent = !in_tail ? -2 : s.chain > 0 ? path[k] - 1 : s.parents[path[k]];
+    if (!in_tail || parent != (k == 0 ? -1 : path[k - 1])) {
       return absl::InvalidArgumentError(absl::StrCat(
           ModelKindName(info_.kind), ": path[", k, "] = ", path[k],
           " is not a root-to-node path of the sequence's tail (", total, " nodes)"));

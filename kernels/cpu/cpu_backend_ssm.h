@@ -1,7 +1,8 @@
 // The CPU backend's Mamba-2 tree ops (Backend::SsmTreeConv, SsmTreeScan,
 // GateSumSquares, GroupRmsScale): shape checks, then the plain loops of
 // kernels/cpu/ssm_tree_ops.h. INVALID_ARGUMENT naming the tensor for a shape,
-// dtype or batch that does not fit.
+// dtype or batch that does not fit. Called by the CPU backend, whose
+// thread-compatibility they share.
 #pragma once
 
 #include "absl/status/status.h"

@@ -6,6 +6,8 @@
 // Layouts as in Hugging Face's Mamba2Mixer: conv state [Cd, K] holds the
 // last K conv inputs, oldest first; SSM state [H, P, N] (heads, head dim,
 // state size); conv output rows are x [H·P] | B [G·N] | C [G·N].
+// Functions of their arguments that write only their outputs: calls on
+// disjoint outputs may run concurrently.
 #pragma once
 
 #include <cstdint>
