@@ -12,6 +12,7 @@
 #include "core/tensor/backend.h"
 #include "core/util/status_macros.h"
 #include "kernels/cpu/attention_ops.h"
+#include "kernels/cpu/cpu_backend_ssm.h"
 #include "kernels/cpu/dense_ops.h"
 #include "kernels/cpu/mamba_ops.h"
 #include "kernels/cpu/quant_blocks.h"
@@ -288,7 +289,12 @@ class CpuBackend final : public Backend {
                        Tensor* v_cache) override {
     const int H = static_cast<int>(q->dim(1)), Dh = static_cast<int>(q->dim(2));
     const int Hkv = static_cast<int>(k_cache->dim(1));
-    cpu::QkvRope(qkv.data<float>(), positions.data<int32_t>(), inv_freq.data<float>(),
+    const int rot_half = static_cast<int>(inv_freq.numel());
+    if (rot_half > Dh / 2) {
+      return absl::InvalidArgumentError(absl::StrCat("cpu backend: QkvRope inv_freq ",
+                                                     inv_freq.DebugString(), " for head dim ", Dh));
+    }
+    cpu::QkvRope(qkv.data<float>(), positions.data<int32_t>(), inv_freq.data<float>(), rot_half,
                  plan.batch(), H, Hkv, Dh, q->data<float>(), k_cache->data<float>(),
                  v_cache->data<float>());
     return absl::OkStatus();
@@ -349,6 +355,27 @@ class CpuBackend final : public Backend {
                      y->data<float>() + i * C);
     }
     return absl::OkStatus();
+  }
+
+  absl::Status SsmTreeConv(const Tensor& x, const Tensor& w, const Tensor& b,
+                           const SsmTreeBatch& batch, Tensor* states, Tensor* out) override {
+    return cpu::CheckedSsmTreeConv(x, w, b, batch, states, out);
+  }
+
+  absl::Status SsmTreeScan(const Tensor& xbc, const Tensor& dt_raw, const Tensor& A,
+                           const Tensor& dt_bias, const Tensor& D, const SsmScanParams& params,
+                           const SsmTreeBatch& batch, Tensor* states, Tensor* y) override {
+    return cpu::CheckedSsmTreeScan(xbc, dt_raw, A, dt_bias, D, params, batch, states, y, threads_);
+  }
+
+  absl::Status GateSumSquares(const Tensor& y, const Tensor& z, int64_t group, Tensor* g,
+                              Tensor* ss) override {
+    return cpu::CheckedGateSumSquares(y, z, group, g, ss);
+  }
+
+  absl::Status GroupRmsScale(const Tensor& g, const Tensor& ss, const Tensor& w, int64_t count,
+                             float eps, Tensor* out) override {
+    return cpu::CheckedGroupRmsScale(g, ss, w, count, eps, out);
   }
 
   absl::Status ArgmaxRows(const Tensor& logits, std::vector<int32_t>* ids) override {

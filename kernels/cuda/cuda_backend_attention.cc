@@ -32,6 +32,11 @@ absl::Status CudaBackend::QkvRope(const Tensor& qkv, const Tensor& positions,
   TS_RETURN_IF_ERROR(Check(*k_cache, dtype_, "k_cache"));
   TS_RETURN_IF_ERROR(Check(*v_cache, dtype_, "v_cache"));
   const int64_t T = plan->batch().num_tokens();
+  if (q->rank() == 3 && inv_freq.numel() < q->dim(2) / 2) {
+    return absl::UnimplementedError(absl::StrCat(
+        "cuda backend: QkvRope with partial rotary (inv_freq ", inv_freq.numel(),
+        " < head_dim / 2 = ", q->dim(2) / 2, ") is not implemented yet; the CPU backend has it"));
+  }
   if (q->rank() != 3 || k_cache->rank() != 3 || v_cache->shape() != k_cache->shape() ||
       q->dim(0) != T || q->dim(2) != k_cache->dim(2) || q->dim(2) % 2 != 0 ||
       qkv.numel() != T * (q->dim(1) + 2 * k_cache->dim(1)) * q->dim(2) || positions.numel() != T ||

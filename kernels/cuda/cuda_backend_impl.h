@@ -6,7 +6,9 @@
 //   cuda_backend_dense.cc      Embedding, RmsNorm, HeadRmsNorm, Linear, Add, AddBias, SiluMul, SliceCols,
 //                              GatherRows, CopyRows
 //   cuda_backend_attention.cc  PlanAttention, QkvRope, Attention
-//   cuda_backend_mamba.cc      MambaConv(Batch), MambaScan(Batch)
+//   cuda_backend_mamba.cc      MambaConv(Batch), MambaScan(Batch); the Mamba-2 tree ops
+//                              (SsmTreeConv, SsmTreeScan, GateSumSquares, GroupRmsScale)
+//                              return UNIMPLEMENTED until their kernels exist
 //   cuda_backend_sampling.cc   ArgmaxRows, ProcessLogitsRows
 //   cuda_backend_graphs.cc     CaptureGraph, ReplayGraph
 //
@@ -108,6 +110,17 @@ class CudaBackend final : public Backend {
                               const Tensor& A, const Tensor& Bm, const Tensor& Cm, const Tensor& D,
                               const Tensor& z, const Tensor& slots, Tensor* states,
                               Tensor* y) override;
+
+  // ---- Mamba-2 tree ops (cuda_backend_mamba.cc): UNIMPLEMENTED for now -------------
+  absl::Status SsmTreeConv(const Tensor& x, const Tensor& w, const Tensor& b,
+                           const SsmTreeBatch& batch, Tensor* states, Tensor* out) override;
+  absl::Status SsmTreeScan(const Tensor& xbc, const Tensor& dt_raw, const Tensor& A,
+                           const Tensor& dt_bias, const Tensor& D, const SsmScanParams& params,
+                           const SsmTreeBatch& batch, Tensor* states, Tensor* y) override;
+  absl::Status GateSumSquares(const Tensor& y, const Tensor& z, int64_t group, Tensor* g,
+                              Tensor* ss) override;
+  absl::Status GroupRmsScale(const Tensor& g, const Tensor& ss, const Tensor& w, int64_t count,
+                             float eps, Tensor* out) override;
 
   // ---- sampling (cuda_backend_sampling.cc) -------------------------------------------
   absl::Status ArgmaxRows(const Tensor& logits, std::vector<int32_t>* ids) override;
