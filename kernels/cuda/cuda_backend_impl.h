@@ -6,9 +6,9 @@
 //   cuda_backend_dense.cc      Embedding, RmsNorm, HeadRmsNorm, Linear, Add, AddBias, SiluMul, SliceCols,
 //                              GatherRows, CopyRows
 //   cuda_backend_attention.cc  PlanAttention, QkvRope, Attention
-//   cuda_backend_mamba.cc      MambaConv(Batch), MambaScan(Batch); the Mamba-2 tree ops
-//                              (SsmTreeConv, SsmTreeScan, GateSumSquares, GroupRmsScale)
-//                              return UNIMPLEMENTED until their kernels exist
+//   cuda_backend_mamba.cc      MambaConv(Batch), MambaScan(Batch)
+//   cuda_backend_ssm_tree.cc   the Mamba-2 tree ops: SsmTreeConv, SsmTreeScan,
+//                              GateSumSquares, GroupRmsScale
 //   cuda_backend_sampling.cc   ArgmaxRows, ProcessLogitsRows
 //   cuda_backend_graphs.cc     CaptureGraph, ReplayGraph
 //
@@ -111,7 +111,7 @@ class CudaBackend final : public Backend {
                               const Tensor& z, const Tensor& slots, Tensor* states,
                               Tensor* y) override;
 
-  // ---- Mamba-2 tree ops (cuda_backend_mamba.cc): UNIMPLEMENTED for now -------------
+  // ---- Mamba-2 tree ops (cuda_backend_ssm_tree.cc) -----------------------------------
   absl::Status SsmTreeConv(const Tensor& x, const Tensor& w, const Tensor& b,
                            const SsmTreeBatch& batch, Tensor* states, Tensor* out) override;
   absl::Status SsmTreeScan(const Tensor& xbc, const Tensor& dt_raw, const Tensor& A,
@@ -140,6 +140,8 @@ class CudaBackend final : public Backend {
   absl::StatusOr<const CudaAttentionPlan*> Plan(const AttentionPlan& plan);
   absl::Status CheckAll(std::initializer_list<const Tensor*> ts, const char* what);
   absl::Status CheckAllF32(std::initializer_list<const Tensor*> ts, const char* what);
+  // A device i32 copy of `host` (scratch; enqueued on the stream).
+  absl::StatusOr<Tensor> UploadIndex(const std::vector<int32_t>& host);
 
   const int device_;
   const DType dtype_;

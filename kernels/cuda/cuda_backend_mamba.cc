@@ -1,6 +1,6 @@
 // CudaBackend Mamba ops: the causal depthwise convolution and the selective
-// scan, for one sequence and for a batch of state slots.
-#include "absl/strings/str_cat.h"
+// scan, for one sequence and for a batch of state slots (the Mamba-2 tree
+// ops are in cuda_backend_ssm_tree.cc).
 #include "core/cuda/cuda_check.h"
 #include "core/util/status_macros.h"
 #include "kernels/cuda/cuda_backend_impl.h"
@@ -77,40 +77,6 @@ absl::Status CudaBackend::MambaScanBatch(const Tensor& u, const Tensor& delta,
                            Bm.raw(), Cm.raw(), D.data<float>(), z.raw(), B, C, static_cast<int>(N),
                            slots.data<int32_t>(), states->data<float>(), y->raw(), stream_));
   return absl::OkStatus();
-}
-
-// The Mamba-2 tree ops have CPU implementations only (kernels/cpu/
-// ssm_tree_*.cc; SsmTreeScanMatrix there is the reference for a parallel
-// kernel). Until their kernels are written they say so.
-namespace {
-
-absl::Status NotYet(const char* op) {
-  return absl::UnimplementedError(absl::StrCat(
-      "cuda backend: ", op, " (Mamba-2 tree scan, paper 001) is not implemented yet; "
-      "the CPU backend has it"));
-}
-
-}  // namespace
-
-absl::Status CudaBackend::SsmTreeConv(const Tensor&, const Tensor&, const Tensor&,
-                                      const SsmTreeBatch&, Tensor*, Tensor*) {
-  return NotYet("SsmTreeConv");
-}
-
-absl::Status CudaBackend::SsmTreeScan(const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                      const Tensor&, const SsmScanParams&, const SsmTreeBatch&,
-                                      Tensor*, Tensor*) {
-  return NotYet("SsmTreeScan");
-}
-
-absl::Status CudaBackend::GateSumSquares(const Tensor&, const Tensor&, int64_t, Tensor*,
-                                         Tensor*) {
-  return NotYet("GateSumSquares");
-}
-
-absl::Status CudaBackend::GroupRmsScale(const Tensor&, const Tensor&, const Tensor&, int64_t,
-                                        float, Tensor*) {
-  return NotYet("GroupRmsScale");
 }
 
 }  // namespace treespec::cuda
