@@ -172,8 +172,9 @@ class Backend {
 
   // ---- Mamba-2 over packed token trees (STree, paper 001 §3) ------------------
   // Rows, parents and state slots are described by `batch` (SsmTreeBatch,
-  // planned). CPU: kernels/cpu/ssm_tree_*.cc; the CUDA backend returns
-  // UNIMPLEMENTED for these four ops for now.
+  // planned). CPU: kernels/cpu/ssm_tree_*.cc (the recurrence, bit for bit
+  // with decoding); CUDA: kernels/cuda/ssm_tree_*.cu (the paper's matrix form,
+  // within tolerance). Conv states are in the activation dtype, SSM states f32.
   //
   // Depthwise causal conv + SiLU along each row's root path: the K inputs a
   // row sees are its own and those of its K - 1 nearest ancestors, then the

@@ -38,7 +38,13 @@ absl::Status SsmTreeBatch::Plan(int64_t num_slots) {
     read.insert(slot[r]);
     if (p >= 0) last_child[p] = r;
   }
+  std::unordered_set<int32_t> out_row_seen, out_slot_seen;
   for (size_t i = 0; i < out_rows.size(); ++i) {
+    if (!out_row_seen.insert(out_rows[i]).second || !out_slot_seen.insert(out_slots[i]).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ssm batch: output ", i, " (row ", out_rows[i], " into slot ", out_slots[i],
+          ") repeats a row or a slot of an earlier output; each is written once"));
+    }
     if (out_rows[i] < 0 || out_rows[i] >= R || out_slots[i] < 0 || out_slots[i] >= num_slots ||
         read.count(out_slots[i]) > 0) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -50,7 +50,8 @@ struct SsmTreeBatch {
   int32_t AddSequence(int32_t state_slot, int32_t n, const std::vector<int32_t>& parents);
   // INVALID_ARGUMENT naming the row when a parent does not precede its row or
   // belongs to another slot, an output row or slot is out of range
-  // ([0, num_slots)), or an output slot is read by the batch; then fills
+  // ([0, num_slots)), an output row or slot is listed twice, or an output
+  // slot is read by the batch; then fills
   // buffer and num_buffers.
   absl::Status Plan(int64_t num_slots);
 };

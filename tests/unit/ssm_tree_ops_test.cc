@@ -222,6 +222,18 @@ TEST(SsmTreeBatchTest, PlanSharesBuffersAlongPathsAndRefusesBadBatches) {
   SsmTreeBatch bad_slot;
   bad_slot.AddSequence(7, 1, {});
   EXPECT_EQ(bad_slot.Plan(5).code(), absl::StatusCode::kInvalidArgument);
+  // Each output row and each output slot is written once (backends need not
+  // agree on which of two writes wins).
+  SsmTreeBatch same_row = MixedBatch();
+  same_row.out_rows = {1, 1};
+  same_row.out_slots = {1, 4};
+  st = same_row.Plan(5);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(st.message(), "repeats a row or a slot")) << st;
+  SsmTreeBatch same_slot = MixedBatch();
+  same_slot.out_rows = {1, 2};
+  same_slot.out_slots = {1, 1};
+  EXPECT_EQ(same_slot.Plan(5).code(), absl::StatusCode::kInvalidArgument);
 }
 
 // ---- conv ----------------------------------------------------------------------
@@ -798,8 +810,8 @@ TEST(CudaTreeMathOnHostTest, LayoutChunksAnchorsAndOutputs) {
   SsmTreeBatch b;
   b.AddSequence(1, 10, {});                     // depths 0..9
   b.AddSequence(0, 4, {-1, 0, 1, 1});           // depths 0, 1, 2, 2
-  b.out_rows = {9, 3, 12};
-  b.out_slots = {2, 3, 2};  // slot 2 twice: the later output wins
+  b.out_rows = {3, 12};
+  b.out_slots = {3, 2};
   ASSERT_TRUE(b.Plan(4).ok());
   EXPECT_TRUE(cuda::CheckSsmTreeBatch("test", b, 14, 4).ok());
   EXPECT_EQ(cuda::CheckSsmTreeBatch("test", b, 14, 2).code(), absl::StatusCode::kInvalidArgument);
@@ -810,7 +822,7 @@ TEST(CudaTreeMathOnHostTest, LayoutChunksAnchorsAndOutputs) {
   const cuda::SsmScanLayout l = cuda::LayoutSsmTreeScanWithChunk(b, 4);
   const int32_t* p = l.packed.data();
   // Anchors with children: rows at depth 3 and 7 of the chain (rows 3, 7);
-  // outputs: row 3 into slot 3, row 12 into slot 2 (row 9's was overwritten).
+  // outputs: row 3 into slot 3, row 12 into slot 2.
   EXPECT_EQ(l.num_states, 3);
   EXPECT_EQ(std::vector<int32_t>(p + l.state_row, p + l.state_row + l.num_states),
             (std::vector<int32_t>{3, 7, 12}));
