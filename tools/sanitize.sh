@@ -5,7 +5,7 @@
 #         and integration tests) with ASan + UBSan, then every ctest test.
 #   asan-unit  build-asan/ too, but only the unit and golden test
 #         executables (and the converter a golden test runs) are built and
-#         only the tests labelled unit or golden run: what CI runs every time.
+#         only the tests labelled unit or golden run (CI runs asan and tsan).
 #   tsan  build-tsan/: the lane, step machine, coordinator-telemetry and
 #         communicator tests (TSAN_TESTS) with TSan, then those tests.
 #
