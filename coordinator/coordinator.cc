@@ -164,7 +164,7 @@ absl::Status Coordinator::Start() {
           info->vocab_size(), " but the target has ", ctx_.vocab_size));
     }
     TakeProfile(d.get(), info->draft_cost(), "drafter");
-    d->SetInfo(info->kind(), {info->feature_layers().begin(), info->feature_layers().end()});
+    d->SetInfo(*info);
   }
   prober_ = std::thread([this] { ProbeLoop(); });
   return absl::OkStatus();
@@ -192,7 +192,7 @@ void Coordinator::ProbeLoop() {
       if (absl::StatusOr<v1::DrafterInfoResponse> info = d->client->Info(kProbeTimeout);
           info.ok()) {
         TakeProfile(d.get(), info->draft_cost(), "drafter");
-        d->SetInfo(info->kind(), {info->feature_layers().begin(), info->feature_layers().end()});
+        d->SetInfo(*info);
         d->health.MarkHealthy();
       } else {
         d->health.MarkFailed(Clock::now());

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/synchronization/notification.h"
 #include "coordinator/lane_telemetry.h"
 
 namespace treespec {
@@ -62,6 +63,7 @@ Lane::Lane(WorkerEndpoint* worker, DrafterEndpoint* drafter, LaneOptions options
         };
         m.has_drafter = drafter != nullptr;
         m.reroute = options_.reroute;
+        m.draft_ahead_sampled = options_.draft_ahead_sampled;
         m.verify_profile = worker->verify_profile.Get();
         if (drafter != nullptr) m.draft_profile = drafter->draft_profile.Get();
         return m;
@@ -233,7 +235,49 @@ void Lane::OpenDrafts(std::vector<DrafterOpenItem> items, std::vector<SeqTelemet
   });
 }
 
+struct Lane::AheadCall {
+  AheadPlan plan;
+  absl::StatusOr<AheadReplies> replies = absl::UnknownError("not sent");
+  LaneRpc::CandidateTrees trees;
+  int64_t wall_ns = 0;
+  Clock::time_point done_at;
+  absl::Notification done;
+};
+
+std::shared_ptr<Lane::AheadCall> Lane::StartAhead(AheadPlan plan) {
+  auto call = std::make_shared<AheadCall>();
+  call->plan = std::move(plan);
+  side_.Submit([this, call] {
+    call->replies = rpc_.Ahead(call->plan, &call->trees, &call->wall_ns);
+    call->done_at = Clock::now();
+    call->done.Notify();
+  });
+  return call;
+}
+
+void Lane::FinishAhead(AheadCall* call, Clock::time_point verified) {
+  call->done.WaitForNotification();
+  const int64_t wait_ns = std::max<int64_t>(0, Ns(call->done_at - verified));
+  rpc_.KeepCandidates(std::move(call->trees));
+  machine_.ApplyAhead(call->replies, wait_ns * 1e-9);
+  if (options_.telemetry != nullptr) {
+    const CoordinatorTelemetry::RpcMetrics& m = options_.telemetry->ForRpc("draft_ahead");
+    if (m.seconds != nullptr) m.seconds->Observe(call->wall_ns * 1e-9);
+    if (m.batch_size != nullptr) {
+      m.batch_size->Observe(static_cast<double>(call->plan.ahead.size() + call->plan.commits.size()));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  stats_.ahead_calls += 1;
+  stats_.ahead_ns += call->wall_ns;
+  stats_.ahead_wait_ns += wait_ns;
+}
+
 void Lane::Step() {
+  if (drafter_ != nullptr) {
+    machine_.set_draft_ahead(std::min(options_.draft_ahead, drafter_->max_ahead_candidates()),
+                             drafter_->max_ahead_batch());
+  }
   std::vector<DraftItem> drafts = machine_.PlanDrafts();
   if (!drafts.empty()) {
     BatchRpcTrace trace(options_.telemetry, "draft", machine_.Telemetry(Ids(drafts)));
@@ -243,21 +287,27 @@ void Lane::Step() {
   }
   std::vector<VerifyItem> verify = machine_.PlanVerify();
   if (verify.empty()) return;
+  AheadPlan plan = machine_.PlanAhead();
+  std::shared_ptr<AheadCall> ahead = plan.empty() ? nullptr : StartAhead(std::move(plan));
   std::vector<SeqTelemetry*> tel;
   for (const VerifyItem& v : verify) tel.push_back(v.tel);
+  const Clock::time_point verify_start = Clock::now();
   BatchRpcTrace trace(options_.telemetry, "verify", std::move(tel));
   absl::StatusOr<std::vector<VerifyReply>> r = rpc_.Verify(verify);
   trace.End(r.status());
+  if (ahead != nullptr) FinishAhead(ahead.get(), Clock::now());
+  const int64_t verify_phase_ns = Ns(Clock::now() - verify_start);
   machine_.ApplyVerify(r);
   SendCatchUps();
   const LaneRpc::Timing t = rpc_.TakeTiming();
   const int64_t draft_ns = t.drafter_reported_ns > 0 ? t.drafter_reported_ns : t.draft_ns;
   if (r.ok()) {
     // The step as the cost models see it: the drafter's time and the verify
-    // RPC (at least the worker's reported forward pass).
-    const int64_t step_ns = draft_ns + std::max(t.verify_ns, t.worker_forward_ns);
+    // phase (the Verify RPC and any wait for draft-ahead candidates after
+    // it; at least the worker's reported forward pass).
+    const int64_t step_ns = draft_ns + std::max(verify_phase_ns, t.worker_forward_ns);
     machine_.OnStepTimes(draft_ns * 1e-9, t.worker_forward_ns * 1e-9, t.verify_ns * 1e-9,
-                         step_ns * 1e-9);
+                         step_ns * 1e-9, t.draft_ns * 1e-9);
   }
   absl::MutexLock lock(&mu_);
   stats_.steps += 1;

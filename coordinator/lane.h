@@ -63,6 +63,11 @@ struct LaneOptions {
   int64_t max_tree_nodes = 0;  // and against this size (0: no limit)
   ReleaseQueueOptions release_retry;
   int num_rpc_threads = 4;  // the pool for Opens and Releases
+  // Draft-ahead (step_machine.h): candidates per sequence asked beside each
+  // Verify, at most the drafter's max_ahead_candidates and only in steps of
+  // at most its max_ahead_batch drafted sequences; 0: off.
+  int32_t draft_ahead = 2;
+  bool draft_ahead_sampled = false;  // StepMachineOptions::draft_ahead_sampled
   // StepMachineOptions::reroute: hands a request whose worker Open found the
   // group down to another group (the coordinator's); null: it fails.
   std::function<bool(const std::shared_ptr<RequestState>&)> reroute;
@@ -77,6 +82,11 @@ struct LaneStepStats {
   int64_t drafter_reported_ns = 0;
   int64_t worker_handler_ns = 0;   // the worker's whole Verify handler
   int64_t loop_ns = 0;       // whole step loop iterations with live sequences
+  // Draft-ahead calls beside the Verify: their number, wall time, and the
+  // time steps waited for them after their Verify returned.
+  int64_t ahead_calls = 0;
+  int64_t ahead_ns = 0;
+  int64_t ahead_wait_ns = 0;
 };
 
 class Lane {
@@ -108,6 +118,11 @@ class Lane {
   void Admit(std::vector<std::shared_ptr<RequestState>> arrivals);
   void OpenDrafts(std::vector<DrafterOpenItem> items, std::vector<SeqTelemetry> tel);
   void Step();
+  // Draft-ahead beside the Verify: StartAhead sends `plan` from the side
+  // thread; FinishAhead waits for it and hands the answer to the machine.
+  struct AheadCall;
+  std::shared_ptr<AheadCall> StartAhead(AheadPlan plan);
+  void FinishAhead(AheadCall* call, std::chrono::steady_clock::time_point verified);
   void SendCatchUps();
   void Reap();
   void PumpReleases(bool final);
@@ -137,6 +152,7 @@ class Lane {
   ReleaseQueue worker_releases_, drafter_releases_;
   std::thread thread_;
   TaskPool pool_;  // destroyed first: its tasks use the members above
+  TaskPool side_{1};  // the draft-ahead call beside each Verify
 };
 
 }  // namespace treespec
