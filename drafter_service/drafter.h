@@ -178,6 +178,10 @@ struct DrafterOptions {
   // mamba drafter at 0.90x-1.15x plain at concurrency 16 and 64 with
   // pre-drafting and 1.10x-1.74x without.
   int64_t predraft_max_batch = 0;
+  // Answer draft-ahead items (DraftRequest.ahead) with up to `predraft`
+  // candidates each; false: report max_ahead_candidates 0, so coordinators
+  // send none.
+  bool draft_ahead = true;
   absl::Status Validate() const;
 };
 

@@ -65,7 +65,9 @@ class TreeDrafter : public Drafter {
  public:
   std::vector<absl::Status> Open(const std::vector<DrafterOpenSpec>& specs) override;
   std::vector<DraftOutcome> Draft(const std::vector<DraftSpec>& specs) override;
-  int32_t max_ahead_candidates() const override { return options_.predraft; }
+  int32_t max_ahead_candidates() const override {
+    return options_.draft_ahead ? options_.predraft : 0;
+  }
   int64_t max_ahead_batch() const override { return options_.predraft_max_batch; }
   std::vector<AheadOutcome> DraftAhead(const std::vector<DraftSpec>& specs,
                                        const std::vector<AheadSpec>& ahead,

@@ -71,8 +71,9 @@ DraftSpec SpecOf(const AheadSpec& a) {
 }  // namespace
 
 absl::Status TreeDrafter::PlanAhead(const AheadSpec& a, std::vector<Guess>* guesses) {
-  if (options_.predraft <= 0) {
-    return absl::UnimplementedError("this drafter does not draft ahead (--predraft 0)");
+  if (max_ahead_candidates() <= 0) {
+    return absl::UnimplementedError(
+        "this drafter does not draft ahead (--predraft 0 or --draft_ahead=false)");
   }
   if (a.max_candidates < 1) {
     return absl::InvalidArgumentError(
