@@ -257,14 +257,11 @@ class FakeDrafter {
   std::atomic<Mode> mode{Mode::kGood};
   // Draft-ahead: the most candidates per item it reports (0: it does not
   // draft ahead), a failure of every call with ahead items, a delay of those
-  // calls, and sequence ids whose right outcome it leaves out.
+  // calls, and every how many items it leaves the right outcome out (0: never).
   std::atomic<int> ahead_candidates{2};
   std::atomic<bool> fail_ahead{false};
   std::atomic<int> ahead_delay_ms{0};
-  void MissAheadFor(uint64_t id) {
-    absl::MutexLock lock(&mu_);
-    ahead_misses_.insert(id);
-  }
+  std::atomic<int> ahead_miss_every{0};
 
   absl::StatusOr<v1::DrafterOpenResponse> Open(const v1::DrafterOpenRequest& req) {
     absl::MutexLock lock(&mu_);
@@ -374,7 +371,8 @@ class FakeDrafter {
     const int depth = shape.ok() ? shape->Depth() : 1;
     const v1::TokenTree& t = last->second;
     std::vector<std::vector<int32_t>> outcomes;
-    if (!ahead_misses_.count(a.sequence_id())) {
+    const int every = ahead_miss_every.load();
+    if (every <= 0 || ahead_items_ % every != 0) {
       std::vector<int32_t> all(t.tokens().begin() + 1, t.tokens().end());
       all.push_back(FakeNext(t.tokens(t.tokens_size() - 1)));
       outcomes.push_back(std::move(all));
@@ -390,7 +388,6 @@ class FakeDrafter {
   absl::Mutex mu_;
   std::map<uint64_t, uint64_t> open_ ABSL_GUARDED_BY(mu_);  // id -> next step
   std::map<uint64_t, v1::TokenTree> last_ ABSL_GUARDED_BY(mu_);  // id -> last tree
-  std::set<uint64_t> ahead_misses_ ABSL_GUARDED_BY(mu_);
   int ahead_items_ ABSL_GUARDED_BY(mu_) = 0;
   int commits_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, int> shapes_ ABSL_GUARDED_BY(mu_);
