@@ -40,6 +40,10 @@ absl::Status CoordinatorOptions::Validate() const {
   if (max_batch < 1) return absl::InvalidArgumentError("--max_batch must be >= 1");
   if (max_tree_nodes < 1) return absl::InvalidArgumentError("--max_tree_nodes must be >= 1");
   if (default_max_tokens < 1) return absl::InvalidArgumentError("--default_max_tokens must be >= 1");
+  if (lane.draft_ahead < 0 || lane.draft_ahead > 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--draft_ahead must be in [0, 16], got ", lane.draft_ahead));
+  }
   if (default_tree != "auto") TS_RETURN_IF_ERROR(TreeShape::Parse(default_tree).status());
   for (absl::string_view t : absl::StrSplit(bandit_trees, ';', absl::SkipEmpty())) {
     absl::StatusOr<TreeShape> s = TreeShape::Parse(t);
