@@ -316,6 +316,10 @@ LaneStepStats Coordinator::TotalStats() const {
     t.drafter_reported_ns += s.drafter_reported_ns;
     t.worker_handler_ns += s.worker_handler_ns;
     t.loop_ns += s.loop_ns;
+    t.loop_cpu_ns += s.loop_cpu_ns;
+    t.ahead_calls += s.ahead_calls;
+    t.ahead_ns += s.ahead_ns;
+    t.ahead_wait_ns += s.ahead_wait_ns;
   }
   return t;
 }

@@ -1,5 +1,7 @@
 #include "coordinator/lane.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -13,6 +15,13 @@ using Clock = std::chrono::steady_clock;
 
 int64_t Ns(Clock::duration d) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+}
+
+// CPU time of the calling thread.
+int64_t ThreadCpuNs() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return int64_t{t.tv_sec} * 1000000000 + t.tv_nsec;
 }
 
 absl::Status ShuttingDown() { return absl::UnavailableError("server shutting down"); }
@@ -177,6 +186,7 @@ void Lane::Iterate() {
   }
   Reap();
   const Clock::time_point t0 = Clock::now();
+  const int64_t cpu0 = ThreadCpuNs();
   if (drafter_ != nullptr && drafter_->health.MayTry(t0)) {
     std::vector<DrafterOpenItem> items = machine_.PlanDrafterOpens(t0);
     if (!items.empty()) {
@@ -190,8 +200,10 @@ void Lane::Iterate() {
   if (machine_.num_live() > 0) {
     Step();
     Reap();
+    const int64_t cpu_ns = ThreadCpuNs() - cpu0;
     absl::MutexLock lock(&mu_);
     stats_.loop_ns += Ns(Clock::now() - t0);
+    stats_.loop_cpu_ns += cpu_ns;
   }
   PumpReleases(false);
   Publish();
@@ -240,6 +252,7 @@ struct Lane::AheadCall {
   absl::StatusOr<AheadReplies> replies = absl::UnknownError("not sent");
   LaneRpc::CandidateTrees trees;
   int64_t wall_ns = 0;
+  int64_t cpu_ns = 0;  // the side thread's
   Clock::time_point done_at;
   absl::Notification done;
 };
@@ -248,7 +261,9 @@ std::shared_ptr<Lane::AheadCall> Lane::StartAhead(AheadPlan plan) {
   auto call = std::make_shared<AheadCall>();
   call->plan = std::move(plan);
   side_.Submit([this, call] {
+    const int64_t cpu0 = ThreadCpuNs();
     call->replies = rpc_.Ahead(call->plan, &call->trees, &call->wall_ns);
+    call->cpu_ns = ThreadCpuNs() - cpu0;
     call->done_at = Clock::now();
     call->done.Notify();
   });
@@ -271,6 +286,7 @@ void Lane::FinishAhead(AheadCall* call, Clock::time_point verified) {
   stats_.ahead_calls += 1;
   stats_.ahead_ns += call->wall_ns;
   stats_.ahead_wait_ns += wait_ns;
+  stats_.loop_cpu_ns += call->cpu_ns;
 }
 
 void Lane::Step() {

@@ -82,6 +82,10 @@ struct LaneStepStats {
   int64_t drafter_reported_ns = 0;
   int64_t worker_handler_ns = 0;   // the worker's whole Verify handler
   int64_t loop_ns = 0;       // whole step loop iterations with live sequences
+  // CPU time of the lane thread in those iterations and of the side thread
+  // in the draft-ahead calls (gRPC client work included, not gRPC's own
+  // threads): the coordinator's CPU cost of the steps, whatever the load.
+  int64_t loop_cpu_ns = 0;
   // Draft-ahead calls beside the Verify: their number, wall time, and the
   // time steps waited for them after their Verify returned.
   int64_t ahead_calls = 0;

@@ -5,7 +5,10 @@
 // per-step time split into draft (drafter's own time in Draft calls), verify
 // (worker's forward + acceptance) and coordinator + RPC (the rest of the step
 // loop), and draft-ahead's hit rate (hits / steps whose candidates were asked
-// for) and its wait for the candidates after the Verify, per step. Compare
+// for) and its wait for the candidates after the Verify, per step, and "cpu
+// ms": the coordinator's own CPU time per step on its step path (lane and
+// draft-ahead threads, their gRPC client work included), which unlike the
+// wall times does not grow with the machine's load. Compare
 // draft-ahead with today's path in one run by naming a drafter twice, e.g.
 // noahead:mamba=models/demo/mamba-drafter|--draft_ahead=false.
 // With --rounds R every configuration runs R times, plain and speculative
@@ -113,6 +116,7 @@ struct RunResult {
   double rpc_ms = 0;     // RPC wall time beyond the services' reported compute
   double handler_ms = 0; // of which the worker's Verify handler outside its forward pass
   double coord_ms = 0;   // the step loop outside both RPCs
+  double cpu_ms = 0;     // the coordinator's step-path CPU per step (LaneStepStats::loop_cpu_ns)
   double ahead_hit = 0;  // draft-ahead hits / steps whose candidates were asked for
   double wait_ms = 0;    // per step, the wait for draft-ahead candidates after the Verify
   int64_t tokens = 0;
@@ -185,6 +189,7 @@ RunResult Run(Coordinator* coordinator, const std::string& drafter, const std::s
   // step loop outside the Draft and Verify calls: it counts in "wait ms",
   // not in "coord ms".
   r.wait_ms = (after.ahead_wait_ns - before.ahead_wait_ns) / n / 1e6;
+  r.cpu_ms = (after.loop_cpu_ns - before.loop_cpu_ns) / n / 1e6;
   r.coord_ms = r.step_ms - draft_wall - verify_wall - r.wait_ms;
   r.ahead_hit = ahead_steps.load() > 0 ? static_cast<double>(ahead_hits.load()) / ahead_steps.load()
                                        : 0.0;
@@ -271,9 +276,10 @@ int Main() {
     }
   }
   const int rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
-  std::printf("\n%-12s %-11s %5s %10s %8s %9s %9s %9s %11s %8s %7s %8s %8s %7s %6s %7s\n",
+  std::printf("\n%-12s %-11s %5s %10s %8s %9s %9s %9s %11s %8s %7s %8s %8s %7s %6s %7s %7s\n",
               "drafter", "tree", "conc", "tokens/s", "speedup", "accepted", "step ms", "draft ms",
-              "verify ms", "other ms", "rpc ms", "handler", "coord ms", "min x", "ahead", "wait ms");
+              "verify ms", "other ms", "rpc ms", "handler", "coord ms", "min x", "ahead", "wait ms",
+              "cpu ms");
   for (int c : conc) {
     // [config][round]
     std::vector<std::vector<RunResult>> runs(configs.size());
@@ -299,6 +305,7 @@ int Main() {
         mean.coord_ms += r.coord_ms / rounds;
         mean.ahead_hit += r.ahead_hit / rounds;
         mean.wait_ms += r.wait_ms / rounds;
+        mean.cpu_ms += r.cpu_ms / rounds;
         ratios.push_back(r.tokens_per_s / runs[0][round].tokens_per_s);
       }
       std::sort(ratios.begin(), ratios.end());
@@ -307,10 +314,11 @@ int Main() {
       std::snprintf(lo, sizeof(lo), "%.2fx", ratios.front());
       std::printf(
           "%-12s %-11s %5d %10.1f %8s %9.2f %9.2f %9.2f %11.2f %8.2f %7.2f %8.2f %8.2f %7s %5.0f%% "
-          "%7.2f\n",
+          "%7.2f %7.3f\n",
           configs[k].first.c_str(), configs[k].second.c_str(), c, mean.tokens_per_s, sp,
           mean.mean_accepted, mean.step_ms, mean.draft_ms, mean.verify_ms, mean.other_ms,
-          mean.rpc_ms, mean.handler_ms, mean.coord_ms, lo, 100 * mean.ahead_hit, mean.wait_ms);
+          mean.rpc_ms, mean.handler_ms, mean.coord_ms, lo, 100 * mean.ahead_hit, mean.wait_ms,
+          mean.cpu_ms);
     }
     std::fflush(stdout);
   }
