@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/synchronization/notification.h"
 #include "coordinator/lane_telemetry.h"
 
 namespace treespec {
@@ -247,46 +246,21 @@ void Lane::OpenDrafts(std::vector<DrafterOpenItem> items, std::vector<SeqTelemet
   });
 }
 
-struct Lane::AheadCall {
-  AheadPlan plan;
-  absl::StatusOr<AheadReplies> replies = absl::UnknownError("not sent");
-  LaneRpc::CandidateTrees trees;
+void Lane::FinishAhead(std::unique_ptr<LaneRpc::AheadCall> call, size_t batch) {
+  const Clock::time_point verified = Clock::now();
   int64_t wall_ns = 0;
-  int64_t cpu_ns = 0;  // the side thread's
-  Clock::time_point done_at;
-  absl::Notification done;
-};
-
-std::shared_ptr<Lane::AheadCall> Lane::StartAhead(AheadPlan plan) {
-  auto call = std::make_shared<AheadCall>();
-  call->plan = std::move(plan);
-  side_.Submit([this, call] {
-    const int64_t cpu0 = ThreadCpuNs();
-    call->replies = rpc_.Ahead(call->plan, &call->trees, &call->wall_ns);
-    call->cpu_ns = ThreadCpuNs() - cpu0;
-    call->done_at = Clock::now();
-    call->done.Notify();
-  });
-  return call;
-}
-
-void Lane::FinishAhead(AheadCall* call, Clock::time_point verified) {
-  call->done.WaitForNotification();
-  const int64_t wait_ns = std::max<int64_t>(0, Ns(call->done_at - verified));
-  rpc_.KeepCandidates(std::move(call->trees));
-  machine_.ApplyAhead(call->replies, wait_ns * 1e-9);
+  absl::StatusOr<AheadReplies> replies = rpc_.FinishAhead(std::move(call), &wall_ns);
+  const int64_t wait_ns = Ns(Clock::now() - verified);
+  machine_.ApplyAhead(replies, wait_ns * 1e-9);
   if (options_.telemetry != nullptr) {
     const CoordinatorTelemetry::RpcMetrics& m = options_.telemetry->ForRpc("draft_ahead");
-    if (m.seconds != nullptr) m.seconds->Observe(call->wall_ns * 1e-9);
-    if (m.batch_size != nullptr) {
-      m.batch_size->Observe(static_cast<double>(call->plan.ahead.size() + call->plan.commits.size()));
-    }
+    if (m.seconds != nullptr) m.seconds->Observe(wall_ns * 1e-9);
+    if (m.batch_size != nullptr) m.batch_size->Observe(static_cast<double>(batch));
   }
   absl::MutexLock lock(&mu_);
   stats_.ahead_calls += 1;
-  stats_.ahead_ns += call->wall_ns;
+  stats_.ahead_ns += wall_ns;
   stats_.ahead_wait_ns += wait_ns;
-  stats_.loop_cpu_ns += call->cpu_ns;
 }
 
 void Lane::Step() {
@@ -303,15 +277,18 @@ void Lane::Step() {
   }
   std::vector<VerifyItem> verify = machine_.PlanVerify();
   if (verify.empty()) return;
+  // Draft-ahead: sent before the Verify, answered during it.
   AheadPlan plan = machine_.PlanAhead();
-  std::shared_ptr<AheadCall> ahead = plan.empty() ? nullptr : StartAhead(std::move(plan));
+  const size_t ahead_batch = plan.commits.size() + plan.ahead.size();
+  std::unique_ptr<LaneRpc::AheadCall> ahead =
+      plan.empty() ? nullptr : rpc_.StartAhead(std::move(plan));
   std::vector<SeqTelemetry*> tel;
   for (const VerifyItem& v : verify) tel.push_back(v.tel);
   const Clock::time_point verify_start = Clock::now();
   BatchRpcTrace trace(options_.telemetry, "verify", std::move(tel));
   absl::StatusOr<std::vector<VerifyReply>> r = rpc_.Verify(verify);
   trace.End(r.status());
-  if (ahead != nullptr) FinishAhead(ahead.get(), Clock::now());
+  if (ahead != nullptr) FinishAhead(std::move(ahead), ahead_batch);
   const int64_t verify_phase_ns = Ns(Clock::now() - verify_start);
   machine_.ApplyVerify(r);
   SendCatchUps();

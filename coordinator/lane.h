@@ -82,9 +82,9 @@ struct LaneStepStats {
   int64_t drafter_reported_ns = 0;
   int64_t worker_handler_ns = 0;   // the worker's whole Verify handler
   int64_t loop_ns = 0;       // whole step loop iterations with live sequences
-  // CPU time of the lane thread in those iterations and of the side thread
-  // in the draft-ahead calls (gRPC client work included, not gRPC's own
-  // threads): the coordinator's CPU cost of the steps, whatever the load.
+  // CPU time of the lane thread in those iterations (its gRPC client work
+  // included, not gRPC's own threads): the coordinator's CPU cost of the
+  // steps, whatever the load.
   int64_t loop_cpu_ns = 0;
   // Draft-ahead calls beside the Verify: their number, wall time, and the
   // time steps waited for them after their Verify returned.
@@ -122,11 +122,9 @@ class Lane {
   void Admit(std::vector<std::shared_ptr<RequestState>> arrivals);
   void OpenDrafts(std::vector<DrafterOpenItem> items, std::vector<SeqTelemetry> tel);
   void Step();
-  // Draft-ahead beside the Verify: StartAhead sends `plan` from the side
-  // thread; FinishAhead waits for it and hands the answer to the machine.
-  struct AheadCall;
-  std::shared_ptr<AheadCall> StartAhead(AheadPlan plan);
-  void FinishAhead(AheadCall* call, std::chrono::steady_clock::time_point verified);
+  // Draft-ahead beside the Verify: waits for the call `StartAhead` sent and
+  // hands its answer to the machine.
+  void FinishAhead(std::unique_ptr<LaneRpc::AheadCall> call, size_t batch);
   void SendCatchUps();
   void Reap();
   void PumpReleases(bool final);
@@ -156,7 +154,6 @@ class Lane {
   ReleaseQueue worker_releases_, drafter_releases_;
   std::thread thread_;
   TaskPool pool_;  // destroyed first: its tasks use the members above
-  TaskPool side_{1};  // the draft-ahead call beside each Verify
 };
 
 }  // namespace treespec

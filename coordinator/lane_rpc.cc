@@ -229,10 +229,11 @@ AheadReply LaneRpc::AheadReplyOf(const AheadItem& item, v1::AheadResult* r,
   return out;
 }
 
-absl::StatusOr<AheadReplies> LaneRpc::Ahead(const AheadPlan& plan, CandidateTrees* trees,
-                                            int64_t* wall_ns) {
-  v1::DraftRequest req = DraftRequestOf(plan.commits);
-  for (const AheadItem& a : plan.ahead) {
+std::unique_ptr<LaneRpc::AheadCall> LaneRpc::StartAhead(AheadPlan plan) {
+  auto call = std::make_unique<AheadCall>();
+  call->plan = std::move(plan);
+  v1::DraftRequest req = DraftRequestOf(call->plan.commits);
+  for (const AheadItem& a : call->plan.ahead) {
     v1::AheadSequence* s = req.add_ahead();
     s->set_sequence_id(a.id);
     s->set_step(a.step);
@@ -241,11 +242,19 @@ absl::StatusOr<AheadReplies> LaneRpc::Ahead(const AheadPlan& plan, CandidateTree
     s->set_seed(a.seed);
     s->set_max_candidates(a.max_candidates);
   }
-  const Clock::time_point t0 = Clock::now();
-  absl::StatusOr<v1::DraftResponse> resp = drafter_->client->Draft(req, options_.draft_timeout);
-  *wall_ns = Ns(Clock::now() - t0);
+  call->start = Clock::now();
+  call->pending = drafter_->client->StartDraft(req, options_.draft_timeout);
+  return call;
+}
+
+absl::StatusOr<AheadReplies> LaneRpc::FinishAhead(std::unique_ptr<AheadCall> call,
+                                                  int64_t* wall_ns) {
+  absl::StatusOr<v1::DraftResponse> resp = call->pending->Wait();
+  *wall_ns = Ns(Clock::now() - call->start);
   Note(drafter_->health, resp);
+  candidates_.clear();
   if (!resp.ok()) return resp.status();
+  const AheadPlan& plan = call->plan;
   AheadReplies out;
   out.drafter_ns = resp->draft_ns();
   for (size_t i = 0; i < plan.commits.size(); ++i) {
@@ -257,15 +266,12 @@ absl::StatusOr<AheadReplies> LaneRpc::Ahead(const AheadPlan& plan, CandidateTree
   }
   for (size_t i = 0; i < plan.ahead.size(); ++i) {
     const int k = static_cast<int>(i);
-    std::vector<v1::TokenTree>& mine = (*trees)[plan.ahead[i].id];
     out.ahead.push_back(AheadReplyOf(plan.ahead[i],
                                      k < resp->ahead_size() ? resp->mutable_ahead(k) : nullptr,
-                                     &mine));
+                                     &candidates_[plan.ahead[i].id]));
   }
   return out;
 }
-
-void LaneRpc::KeepCandidates(CandidateTrees trees) { candidates_ = std::move(trees); }
 
 absl::StatusOr<std::vector<VerifyReply>> LaneRpc::Verify(const std::vector<VerifyItem>& items) {
   v1::VerifyRequest req;

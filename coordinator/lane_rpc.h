@@ -23,9 +23,9 @@
 // freed with the worker's sequence (ReleaseWorker); it costs rows x width x 2
 // bytes per sequence.
 //
-// Thread-safety: Draft, Verify and KeepCandidates (the payload stores) are
-// called by the lane thread only; the Open, CatchUp, Ahead and Release calls
-// are safe from any thread.
+// Thread-safety: Draft, Verify and the draft-ahead halves (the payload
+// stores) are called by the lane thread only; the Open, CatchUp and Release
+// calls are safe from any thread.
 #pragma once
 
 #include <chrono>
@@ -73,18 +73,20 @@ class LaneRpc {
   // safe from any thread (no payloads, no timing), so the lane sends it off
   // its step thread.
   absl::StatusOr<std::vector<absl::Status>> CatchUp(const std::vector<DraftItem>& items);
-  // Draft-ahead: the candidates' trees of one Ahead call, by sequence id, in
-  // candidate order.
-  using CandidateTrees = std::map<uint64_t, std::vector<v1::TokenTree>>;
-  // Sends `plan` as one Draft call (the commits as DraftSequences with
-  // omit_tree, then the ahead items) and returns the machine's replies; the
-  // candidates' trees go to `*trees` for KeepCandidates. Touches nothing of
-  // the lane thread's (the lane runs it beside Verify). `*wall_ns`: its time.
-  absl::StatusOr<AheadReplies> Ahead(const AheadPlan& plan, CandidateTrees* trees,
-                                     int64_t* wall_ns);
-  // The candidates of the last Ahead call, for the next Verify's items that
-  // name one (older ones are dropped).
-  void KeepCandidates(CandidateTrees trees);
+  // Draft-ahead, in two halves so that the lane makes its Verify call in
+  // between: StartAhead sends `plan` as one Draft call (the commits as
+  // DraftSequences with omit_tree, then the ahead items) without waiting;
+  // FinishAhead waits for the answer and returns the machine's replies,
+  // keeping the candidates' trees for the next Verify's items that name one
+  // (older ones are dropped: call it after that Verify). `*wall_ns`: the
+  // call's time from StartAhead to its answer.
+  struct AheadCall {
+    AheadPlan plan;
+    std::unique_ptr<PendingDraft> pending;
+    std::chrono::steady_clock::time_point start;
+  };
+  std::unique_ptr<AheadCall> StartAhead(AheadPlan plan);
+  absl::StatusOr<AheadReplies> FinishAhead(std::unique_ptr<AheadCall> call, int64_t* wall_ns);
   // Verifies the drafted payload of every item marked `drafted` (the ahead
   // candidate it names, else the tree of the last Draft), a root-only tree
   // otherwise.
@@ -104,6 +106,8 @@ class LaneRpc {
   DrafterEndpoint* const drafter_;
   const LaneRpcOptions options_;
   v1::DraftRequest DraftRequestOf(const std::vector<DraftItem>& items);
+  // Draft-ahead candidates' trees by sequence id, in candidate order.
+  using CandidateTrees = std::map<uint64_t, std::vector<v1::TokenTree>>;
   // One AheadResult as the machine's reply; its trees move to `trees`.
   AheadReply AheadReplyOf(const AheadItem& item, v1::AheadResult* r,
                           std::vector<v1::TokenTree>* trees) const;

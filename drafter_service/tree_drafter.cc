@@ -311,6 +311,20 @@ std::vector<DraftOutcome> TreeDrafter::Draft(const std::vector<DraftSpec>& specs
   return DraftLocked(specs, t0);
 }
 
+bool TreeDrafter::TakePrepared(const DraftSpec& s, SeqState* state, DraftOutcome* o) {
+  auto hit = std::find_if(state->prepared.begin(), state->prepared.end(),
+                          [&](const Prepared& p) { return SameRequest(p.spec, s); });
+  if (hit == state->prepared.end()) {
+    ++(state->prepared.empty() ? unprepared_ : misses_);
+    DropPrepared(state);
+    return false;
+  }
+  Prepared p = std::move(*hit);
+  state->prepared.erase(hit);
+  AdoptPrepared(s, state, std::move(p), o);
+  return true;
+}
+
 void TreeDrafter::AdoptPrepared(const DraftSpec& s, SeqState* state, Prepared p, DraftOutcome* o) {
   AdoptSequence(p.fork_id, s.id);
   DropPrepared(state);
@@ -361,19 +375,10 @@ std::vector<DraftOutcome> TreeDrafter::DraftLocked(const std::vector<DraftSpec>&
     state_of[s.id] = state;
     if (s.catch_up) {
       DropPrepared(state);  // trees for outcomes of a tree it never used
-    } else if (predraft) {
-      auto hit = std::find_if(state->prepared.begin(), state->prepared.end(),
-                              [&](const Prepared& p) { return SameRequest(p.spec, s); });
-      if (hit != state->prepared.end()) {
-        Prepared p = std::move(*hit);
-        state->prepared.erase(hit);
-        AdoptPrepared(s, state, std::move(p), &o);
-        o.answer_ns = absl::ToInt64Nanoseconds(absl::Now() - t0);
-        if (seed && WantsPredraft(s)) seeds.push_back({s.id, s});
-        continue;
-      }
-      ++(state->prepared.empty() ? unprepared_ : misses_);
-      DropPrepared(state);
+    } else if (predraft && TakePrepared(s, state, &o)) {
+      o.answer_ns = absl::ToInt64Nanoseconds(absl::Now() - t0);
+      if (seed && WantsPredraft(s)) seeds.push_back({s.id, s});
+      continue;
     }
     Build b;
     b.model_id = s.id;

@@ -6,11 +6,11 @@
 // (worker's forward + acceptance) and coordinator + RPC (the rest of the step
 // loop), and draft-ahead's hit rate (hits / steps whose candidates were asked
 // for) and its wait for the candidates after the Verify, per step, and "cpu
-// ms": the coordinator's own CPU time per step on its step path (lane and
-// draft-ahead threads, their gRPC client work included), which unlike the
-// wall times does not grow with the machine's load. Compare
-// draft-ahead with today's path in one run by naming a drafter twice, e.g.
-// noahead:mamba=models/demo/mamba-drafter|--draft_ahead=false.
+// ms": the coordinator's own CPU time per step on its step path (the lane
+// thread, its gRPC client work included), which unlike the wall times does
+// not grow with the machine's load. Draft-ahead is off by default for cpu
+// drafters; compare it with the default in one run by naming a drafter twice,
+// e.g. ahead:mamba=models/demo/mamba-drafter|--draft_ahead=1.
 // With --rounds R every configuration runs R times, plain and speculative
 // interleaved (plain, drafter 1, drafter 2, plain, ...), and the table gives
 // the mean tokens/s and the median of the per-round speedups over the plain
