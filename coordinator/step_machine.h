@@ -24,11 +24,12 @@
 // pre-drafting forks build them). When PlanDrafts of step k+1 finds that a
 // candidate was drafted for exactly the request it would send (same step,
 // new tokens, shape, temperature and seed), the sequence verifies that
-// candidate (VerifyItem::candidate) without a Draft call — a hit — and the
-// next PlanAhead carries the commit that tells the drafter which outcome
-// happened (DraftItem::omit_tree). A miss, a sequence without candidates, or
-// a failed ahead call takes the normal Draft path. Feature-reading drafters
-// (EAGLE, ReDrafter heads) report no ahead candidates and never take it.
+// candidate (VerifyItem::candidate) without a Draft call — a hit — and that
+// step's PlanAhead sends, beside its Verify, the commit that tells the drafter
+// which outcome happened (DraftItem::omit_tree). A miss, a sequence without
+// candidates, or a failed ahead call takes the normal Draft path. Drafters
+// that read the target's features (EAGLE, ReDrafter heads) and the n-gram
+// drafter report no ahead candidates and never take it.
 //
 // Each step fills one StepRecord per sequence (step_record.h) that feeds the
 // request's SpeculationStats, the metrics and the spans.

@@ -3,11 +3,14 @@
 // the Draft call (hit) and when it does not (miss, partial hits in a batch),
 // the commits that tell the drafter, a failed ahead call, cancellation and
 // ending while one is in flight, sequences that stop drafting (budget,
-// planner plain, catch-ups), sampled requests, and the stats it reports.
+// planner plain, catch-ups), sampled requests, and the stats and metrics it
+// reports.
 #include <functional>
 
 #include "coordinator/step_machine.h"
+#include "coordinator/telemetry.h"
 #include "gtest/gtest.h"
+#include "obs/metrics.h"
 
 namespace treespec {
 namespace {
@@ -418,6 +421,43 @@ TEST_F(StepMachineAheadTest, LargeStepsAskForNothingAndZeroTurnsItOff) {
   a->Cancel();
   b->Cancel();
   machine_->ApplyVerify(std::vector<VerifyReply>{Verified({104}), Verified({105})});
+  machine_->Reap(Clock::now());
+}
+
+// The same counts in Prometheus, per drafter: steps asked (hit / miss), the
+// time each hit saved, and each asking step's wait.
+TEST_F(StepMachineAheadTest, HitsMissesSavedAndWaitReachPrometheus) {
+  MetricsRegistry registry;
+  CoordinatorTelemetry telemetry(&registry, nullptr);
+  Make([&](StepMachineOptions* o) {
+    o->telemetry = &telemetry;
+    o->draft_profile = *DraftCostModel::FromCoefficients({1e-3, 0, 1e-3, 0});
+  });
+  auto r = Open({1}, 30);
+  machine_->PlanDrafts();
+  machine_->ApplyDrafts(std::vector<DraftReply>{Drafted(100, 2)});
+  machine_->PlanVerify();
+  machine_->PlanAhead();
+  machine_->ApplyAhead(Replies({}, {{absl::OkStatus(), {Candidate({101, 102, 103}, 2)}}}), 0.004);
+  machine_->ApplyVerify(std::vector<VerifyReply>{Verified({101, 102, 103})});
+  EXPECT_TRUE(machine_->PlanDrafts().empty());  // hit
+  machine_->PlanVerify();
+  machine_->PlanAhead();
+  machine_->ApplyAhead(Replies({absl::OkStatus()}, {{absl::OkStatus(), {}}}), 0.0);
+  machine_->ApplyVerify(std::vector<VerifyReply>{Verified({104})});
+  ASSERT_EQ(machine_->PlanDrafts().size(), 1u);  // miss: nothing was offered
+  machine_->ApplyDrafts(std::vector<DraftReply>{Drafted(104, 2)});
+  machine_->PlanVerify();
+  const std::string text = registry.Render();
+  auto has = [&](const std::string& line) { return text.find(line + "\n") != std::string::npos; };
+  EXPECT_TRUE(has("treespec_spec_draft_ahead_steps_total{drafter=\"d\",outcome=\"hit\"} 1")) << text;
+  EXPECT_TRUE(has("treespec_spec_draft_ahead_steps_total{drafter=\"d\",outcome=\"miss\"} 1"));
+  // The hit made the step's only Draft call unnecessary: 1 ms per call + 1 ms
+  // per sequence-level of a depth-2 chain (no round trip measured yet).
+  EXPECT_TRUE(has("treespec_spec_draft_ahead_saved_seconds_sum{drafter=\"d\"} 0.003")) << text;
+  EXPECT_TRUE(has("treespec_spec_draft_ahead_wait_seconds_count{drafter=\"d\"} 2"));
+  EXPECT_TRUE(has("treespec_spec_draft_ahead_wait_seconds_sum{drafter=\"d\"} 0.004"));
+  r->Cancel();
   machine_->Reap(Clock::now());
 }
 
