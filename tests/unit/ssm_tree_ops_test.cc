@@ -529,7 +529,11 @@ TEST_P(SsmTreeOpsTest, GatedRmsNormPerGroupAlsoInPlace) {
 // pass; k and v land in the cache slots of the plan.
 TEST_P(SsmTreeOpsTest, QkvRopeRotatesOnlyTheRotaryColumns) {
   // (H, Hkv, Dh, Rd / 2); Rd / 2 = 0: no rotation at all.
-  for (auto [H, Hkv, Dh, rot_half] : {std::tuple{2, 1, 8, 2}, {4, 2, 12, 3}, {2, 2, 16, 8}, {2, 1, 6, 0}}) {
+  // (Plain variables, not a structured binding: clang 14, which the sanitizer
+  // builds use, cannot capture a binding in the lambda below.)
+  for (const auto& dims : {std::tuple{2, 1, 8, 2}, {4, 2, 12, 3}, {2, 2, 16, 8}, {2, 1, 6, 0}}) {
+    const int H = std::get<0>(dims), Hkv = std::get<1>(dims), Dh = std::get<2>(dims);
+    const int rot_half = std::get<3>(dims);
     const std::string what = "Dh " + std::to_string(Dh) + " Rd " + std::to_string(2 * rot_half);
     const int T = 3, bs = 4;
     AttentionBatch batch;
