@@ -92,6 +92,9 @@ class HybridModel {
   // written into slot `to` (!= from), every Mamba-2 layer.
   absl::Status Replay(const std::vector<int32_t>& rows, int32_t from, int32_t to,
                       Mamba2StatePool* pool);
+  // Drops the activation buffers kept between passes (Workspace::Release), so
+  // that the backend's peak memory over the next pass is what it needs.
+  void ReleaseWorkspace() { workspace_.Release(); }
 
  private:
   struct Mixer {

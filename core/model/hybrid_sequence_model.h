@@ -63,6 +63,7 @@ class HybridSequenceModel final : public SequenceModel {
   absl::StatusOr<std::vector<float>> CommittedState(int64_t handle);
   HybridModel* model() { return model_.get(); }
   Mamba2StatePool* pool() { return pool_.get(); }
+  PagedKvCache* kv_cache() { return kv_.get(); }  // null without attention layers
 
  private:
   struct Seq {

@@ -51,6 +51,15 @@ struct SsmScanParams {
   float dt_max = std::numeric_limits<float>::infinity();
 };
 
+// Device memory held by a backend's live tensors (Alloc and the backend's own
+// scratch), and the most held at once since ResetPeakMemory. Memory that a
+// caching allocator keeps for reuse is not in use. For measuring what a pass
+// needs (tools/bench/stree_bench); zeros where a backend does not count.
+struct BackendMemoryStats {
+  int64_t in_use_bytes = 0;
+  int64_t peak_bytes = 0;
+};
+
 // Device-side form of an AttentionBatch (block tables, masks, slot mapping),
 // built once per forward pass and shared by every layer.
 class AttentionPlan {
@@ -85,6 +94,9 @@ class Backend {
   // random-weight model is the same model everywhere (and fills on the device).
   virtual absl::Status FillUniform(Tensor* t, uint64_t seed, float scale) = 0;
   virtual absl::Status Synchronize() = 0;
+  // Bytes held now and at most since the last ResetPeakMemory (BackendMemoryStats).
+  virtual BackendMemoryStats memory_stats() const { return {}; }
+  virtual void ResetPeakMemory() {}
   // The dtype a weight matrix stored as `stored` is kept in on this backend
   // (what WeightLoader allocates for 2-D weights; norms, biases and the rest
   // use activation_dtype()). Only ops documented to accept it see such a

@@ -3,7 +3,9 @@
 // loops (kernels/cpu) for the rest. Always built; the reference every other
 // backend is tested against.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -62,6 +64,19 @@ int64_t RowSize(const Tensor& t) {
   return n;
 }
 
+// Bytes of the tensors Alloc handed out that are still alive, and the most
+// at once since the last reset. Shared with the tensors' deleters, which may
+// run on any thread and after the backend is gone.
+struct AllocCounter {
+  std::atomic<int64_t> in_use{0}, peak{0};
+  void Add(int64_t n) {
+    const int64_t now = in_use.fetch_add(n) + n;
+    int64_t p = peak.load();
+    while (now > p && !peak.compare_exchange_weak(p, now)) {
+    }
+  }
+};
+
 class CpuBackend final : public Backend {
  public:
   CpuBackend(int threads, CpuWeights weights) : threads_(threads), weights_(weights) {}
@@ -81,8 +96,20 @@ class CpuBackend final : public Backend {
   bool CanAliasHost(DType dtype) const override { return IsCpuWeight(dtype); }
 
   absl::StatusOr<Tensor> Alloc(DType dtype, Shape shape) override {
-    return Tensor::Host(dtype, std::move(shape));
+    Tensor t = Tensor::Host(dtype, std::move(shape));
+    const int64_t bytes = static_cast<int64_t>(t.nbytes());
+    counter_->Add(bytes);
+    // The returned tensor's storage keeps `t` (and so the memory) alive and
+    // counts the bytes out when the last view of it dies.
+    std::shared_ptr<void> counted(t.raw(), [t, counter = counter_, bytes](void*) {
+      counter->in_use.fetch_sub(bytes);
+    });
+    return Tensor(t.dtype(), t.shape(), DeviceKind::kCpu, std::move(counted), t.raw());
   }
+  BackendMemoryStats memory_stats() const override {
+    return {counter_->in_use.load(), counter_->peak.load()};
+  }
+  void ResetPeakMemory() override { counter_->peak.store(counter_->in_use.load()); }
 
   absl::Status Upload(const void* src, DType src_dtype, Tensor* dst) override {
     size_t n = static_cast<size_t>(dst->numel());
@@ -403,6 +430,7 @@ class CpuBackend final : public Backend {
  private:
   const int threads_;
   const CpuWeights weights_;
+  std::shared_ptr<AllocCounter> counter_ = std::make_shared<AllocCounter>();
 };
 
 }  // namespace

@@ -74,6 +74,11 @@ class CudaBackend final : public Backend {
   absl::Status Zero(Tensor* t) override;
   absl::Status FillUniform(Tensor* t, uint64_t seed, float scale) override;
   absl::Status Synchronize() override;
+  BackendMemoryStats memory_stats() const override {
+    const DeviceAllocator::Stats s = allocator_->stats();
+    return {static_cast<int64_t>(s.in_use_bytes), static_cast<int64_t>(s.peak_in_use_bytes)};
+  }
+  void ResetPeakMemory() override { allocator_->ResetPeak(); }
 
   // ---- dense ops (cuda_backend_dense.cc) ---------------------------------------------
   absl::Status Embedding(const Tensor& ids, const Tensor& table, Tensor* out) override;

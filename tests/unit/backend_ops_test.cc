@@ -200,6 +200,29 @@ TEST_P(BackendOpsTest, FillUniformIsTheSameFormulaEverywhere) {
   }
 }
 
+TEST_P(BackendOpsTest, MemoryStatsCountLiveTensorsAndThePeak) {
+  const BackendMemoryStats start = be_->memory_stats();
+  be_->ResetPeakMemory();
+  EXPECT_EQ(be_->memory_stats().peak_bytes, start.in_use_bytes);
+  int64_t held = 0;
+  {
+    auto a = be_->Alloc(DType::kF32, {1000, 64});  // 256000 bytes
+    ASSERT_TRUE(a.ok());
+    Tensor view = a->Rows(10, 20);  // a view keeps the allocation counted
+    auto b = be_->Alloc(DType::kF32, {16});
+    ASSERT_TRUE(b.ok());
+    held = be_->memory_stats().in_use_bytes - start.in_use_bytes;
+    EXPECT_GE(held, 256000 + 64);
+    EXPECT_LE(held, 2 * (256000 + 64) + 512);  // CUDA rounds up to size classes
+    *a = Tensor();
+    EXPECT_EQ(be_->memory_stats().in_use_bytes - start.in_use_bytes, held);
+  }
+  EXPECT_EQ(be_->memory_stats().in_use_bytes, start.in_use_bytes);
+  EXPECT_EQ(be_->memory_stats().peak_bytes, start.in_use_bytes + held);
+  be_->ResetPeakMemory();
+  EXPECT_EQ(be_->memory_stats().peak_bytes, start.in_use_bytes);
+}
+
 // ---- dense ops -----------------------------------------------------------------
 
 TEST_P(BackendOpsTest, Embedding) {
