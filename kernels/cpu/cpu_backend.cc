@@ -144,7 +144,7 @@ class CpuBackend final : public Backend {
                                                      DTypeName(src_dtype), " to ",
                                                      DTypeName(dst->dtype())));
     }
-    std::memcpy(dst->raw(), src, dst->nbytes());
+    if (dst->nbytes() > 0) std::memcpy(dst->raw(), src, dst->nbytes());
     return absl::OkStatus();
   }
 
