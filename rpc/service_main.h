@@ -7,6 +7,7 @@
 //   --listen HOST:PORT   gRPC address (port 0: any free port)
 //   --shutdown_grace_s   seconds in-flight calls may take after SIGTERM
 //   --tls_cert --tls_key --tls_ca   TLS; with --tls_ca, mutual TLS (rpc/server.h)
+//   --sched_slice_us     scheduler slice for every thread (core/util/sched_hints.h)
 //
 // plus the observability flags (rpc/observability.h). A binary's main():
 //
@@ -44,7 +45,8 @@ struct ServiceFlags {
 ServiceFlags GetServiceFlags();
 
 // Blocks termination signals (call before any thread starts), installs --help
-// listing the binary's flags, accepts dashed flag names and parses argv.
+// listing the binary's flags, accepts dashed flag names, parses argv and asks
+// for --sched_slice_us.
 void InitServiceMain(int argc, char** argv, const char* usage);
 
 // Prints "<program>: <CODE>: <message>" on stderr and returns 1, the exit

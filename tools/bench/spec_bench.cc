@@ -42,6 +42,7 @@
 #include "absl/strings/str_split.h"
 #include "coordinator/coordinator.h"
 #include "core/util/cli_args.h"
+#include "core/util/sched_hints.h"
 
 ABSL_FLAG(std::string, target, "models/demo/target", "Target model directory");
 ABSL_FLAG(std::string, drafters, "mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter,"
@@ -58,6 +59,9 @@ ABSL_FLAG(int32_t, requests_per_client, 2, "Requests each client sends in sequen
 ABSL_FLAG(std::string, bin, "build/bin", "Directory of treespec-worker and treespec-drafter");
 ABSL_FLAG(std::string, device, "cpu", "Worker and drafter backend");
 ABSL_FLAG(double, temperature, 0.0, "Sampling temperature (0: greedy)");
+ABSL_FLAG(int32_t, sched_slice_us, 100,
+          "Scheduler slice of the in-process coordinator's threads, as treespec-coordinator's "
+          "--sched_slice_us (0: the kernel's default)");
 
 namespace treespec {
 namespace {
@@ -332,5 +336,10 @@ int Main() {
 
 int main(int argc, char** argv) {
   treespec::ParseFlags(argc, argv);
+  // As treespec-coordinator does (rpc/service_main.h, --sched_slice_us): the
+  // in-process coordinator's threads ask for the same slice as the services'.
+  if (const int32_t us = absl::GetFlag(FLAGS_sched_slice_us); us > 0) {
+    (void)treespec::RequestShortSlices(absl::Microseconds(us));
+  }
   return treespec::Main();
 }
