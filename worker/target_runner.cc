@@ -54,6 +54,10 @@ absl::Status TargetRunnerOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("prefill_chunk_tokens ", prefill_chunk_tokens, " must be >= 1"));
   }
+  if (!(prefill_share > 0 && prefill_share <= 4)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prefill_share ", prefill_share, " must be in (0, 4]"));
+  }
   if (sequence_lease < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "sequence lease ", absl::FormatDuration(sequence_lease), " must not be negative"));
@@ -65,7 +69,7 @@ TargetRunner::TargetRunner(SequenceModel* model, TargetRunnerOptions options, Cl
     : model_(model),
       options_(options),
       table_(SequenceTableOptions{options.max_sequences, options.sequence_lease}, std::move(clock)),
-      pass_time_({"pass", "tokens"}, LinearTimeModelOptions{.window = 64}) {}
+      pass_time_({"pass", "tokens", "attended"}, LinearTimeModelOptions{.window = 64}) {}
 
 bool TargetRunner::HasSequence(uint64_t id) const {
   absl::MutexLock lock(&mu_);
@@ -132,6 +136,20 @@ absl::Status TargetRunner::CheckStep(const StepSpec& step, const Seq& seq,
   return ValidateVerifyMode(mode, seq.sampling);
 }
 
+void TargetRunner::NoteVerifyPass(int64_t verify_tokens, int64_t pass_tokens, double attended,
+                                  int64_t ns) {
+  const absl::Time now = absl::Now();
+  if (last_verify_at_ != absl::InfinitePast()) {
+    const double interval = absl::ToDoubleSeconds(now - last_verify_at_);
+    verify_interval_s_ =
+        verify_interval_s_ > 0 ? 0.8 * verify_interval_s_ + 0.2 * interval : interval;
+  }
+  last_verify_tokens_ = verify_tokens;
+  last_verify_ns_ = ns;
+  last_verify_at_ = now;
+  ObservePass(pass_tokens, attended, ns);
+}
+
 std::vector<StepOutcome> TargetRunner::Verify(const std::vector<StepSpec>& steps,
                                               StepTimings* timings) {
   calls_waiting_.fetch_add(1);
@@ -142,10 +160,16 @@ std::vector<StepOutcome> TargetRunner::Verify(const std::vector<StepSpec>& steps
   std::vector<ForwardSeq>& batch = vb.batch;
   const size_t num_verify = batch.size();
   int64_t verify_tokens = 0;
-  for (const ForwardSeq& f : batch) verify_tokens += static_cast<int64_t>(f.tokens.size());
+  double verify_attended = 0;
+  for (size_t b = 0; b < num_verify; ++b) {
+    const int64_t n = static_cast<int64_t>(batch[b].tokens.size());
+    verify_tokens += n;
+    verify_attended += Attended(vb.seqs[b]->num_tokens - 1, n);
+  }
   // Waiting prompts ride on this pass (target_runner_prefill.cc).
   std::vector<Prefill*> pieces;
-  if (num_verify > 0) pieces = TakePieces(FusedTokens(verify_tokens), &batch);
+  if (num_verify > 0) pieces = TakePieces(FusedTokens(verify_tokens, verify_attended), &batch);
+  const double piece_attended = PiecesAttended(pieces, batch, num_verify);
   ForwardOptions options = VerifyOptions(vb, pieces);
   int64_t pass_tokens = 0;
   for (const ForwardSeq& f : batch) pass_tokens += static_cast<int64_t>(f.tokens.size());
@@ -154,16 +178,7 @@ std::vector<StepOutcome> TargetRunner::Verify(const std::vector<StepSpec>& steps
   absl::Status st = batch.empty() ? absl::OkStatus() : model_->Forward(batch, &fo, options);
   const int64_t t1 = NowNs();
   if (num_verify > 0) {
-    const absl::Time now = absl::Now();
-    if (last_verify_at_ != absl::InfinitePast()) {
-      const double interval = absl::ToDoubleSeconds(now - last_verify_at_);
-      verify_interval_s_ =
-          verify_interval_s_ > 0 ? 0.8 * verify_interval_s_ + 0.2 * interval : interval;
-    }
-    last_verify_tokens_ = verify_tokens;
-    last_verify_ns_ = t1 - t0;
-    last_verify_at_ = now;
-    ObservePass(pass_tokens, t1 - t0);
+    NoteVerifyPass(verify_tokens, pass_tokens, verify_attended + piece_attended, t1 - t0);
   }
   for (size_t b = 0; b < num_verify; ++b) {
     StepOutcome& o = out[vb.index[b]];
@@ -199,8 +214,10 @@ std::vector<StepOutcome> TargetRunner::Verify(const std::vector<StepSpec>& steps
     // (the fixed part of the pass is the trees'); at least the share in
     // proportion to the tokens.
     const int64_t pass_ns = t1 - t0;
+    const std::vector<double>& theta = pass_time_.coefficients();
     const double piece_ns =
-        pass_time_.coefficients()[1] * 1e9 * static_cast<double>(pass_tokens - verify_tokens);
+        1e9 * (theta[1] * static_cast<double>(pass_tokens - verify_tokens) +
+               theta[2] * piece_attended);
     const int64_t proportional = pass_tokens > 0 ? pass_ns * verify_tokens / pass_tokens : pass_ns;
     timings->forward_ns =
         std::max(proportional, pass_ns - static_cast<int64_t>(piece_ns));

@@ -58,10 +58,14 @@ struct TargetRunnerOptions {
   int64_t max_tree_nodes = 128;  // per sequence per step, root included
   int64_t max_sequences = 256;
   // Longest prompt piece prefilled in one pass. While other sequences are
-  // verifying, a piece rides on their Verify pass, sized to add about half
-  // to it (from the measured pass times), so a live stream's step takes at
-  // most about 1.5 times as long while somebody else's prompt is admitted.
+  // verifying, a piece rides on their Verify pass, sized to add
+  // prefill_share to it (from the measured pass times), so a live stream's
+  // step takes at most about 1 + prefill_share times as long while somebody
+  // else's prompt is admitted.
   int64_t prefill_chunk_tokens = 256;
+  // What a riding piece may add to the pass the trees alone would take, as a
+  // share of it, in (0, 4] (why a quarter: worker/target_runner_prefill.cc).
+  double prefill_share = 0.25;
   // Sequences untouched this long are released by ReleaseExpired (zero: never).
   absl::Duration sequence_lease = absl::ZeroDuration();
   absl::Status Validate() const;
@@ -211,8 +215,25 @@ class TargetRunner {
   absl::Duration IdleWait() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Prompt tokens of an Open's own pass (no Verify to ride on).
   int64_t ChunkTokens() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Prompt tokens a Verify pass of `verify_tokens` tree nodes carries.
-  int64_t FusedTokens(int64_t verify_tokens) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Prompt tokens a Verify pass of `verify_tokens` tree nodes carries, which
+  // attend `verify_attended` positions in all (Attended).
+  int64_t FusedTokens(int64_t verify_tokens, double verify_attended) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Positions attended by `n` tokens appended after `before` cached ones
+  // (causal: the k-th, from 0, attends before + k + 1): the pass-time fit's
+  // context feature.
+  static double Attended(int64_t before, int64_t n);
+  // Attended() of the prompt pieces in batch entries [first, first + pieces.size()).
+  static double PiecesAttended(const std::vector<Prefill*>& pieces,
+                               const std::vector<ForwardSeq>& batch, size_t first);
+  // Whether the pass-time fit is trusted yet.
+  bool HasPassFit() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Prompt tokens already fed of the oldest waiting prompt (0: none).
+  int64_t OldestFed() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The longest piece of the oldest waiting prompt, in [1, most] tokens,
+  // whose marginal time under the fit is at most `budget_s`.
+  int64_t PieceTokensWithin(double budget_s, int64_t most) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Appends to `batch` the next pieces of the waiting prompts, oldest first,
   // `budget` tokens in all, and returns their Prefills (one per piece).
   // Cancels those released meanwhile.
@@ -230,8 +251,14 @@ class TargetRunner {
   // One pass of prompt pieces alone.
   void RunOwnChunk() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailOpen(Prefill* p, absl::Status st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Feeds the pass-time model with a forward pass of `tokens` tokens.
-  void ObservePass(int64_t tokens, int64_t ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Records a Verify pass of `verify_tokens` tree nodes, `pass_tokens` in all
+  // (prompt pieces included) attending `attended` positions, that took `ns`:
+  // the step interval, the last pass, the pass-time model.
+  void NoteVerifyPass(int64_t verify_tokens, int64_t pass_tokens, double attended, int64_t ns)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Feeds the pass-time model with a forward pass of `tokens` tokens that
+  // attended `attended` positions in all.
+  void ObservePass(int64_t tokens, double attended, int64_t ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   SequenceModel* const model_;
   const TargetRunnerOptions options_;
@@ -244,7 +271,7 @@ class TargetRunner {
   std::vector<Prefill*> prefilling_ ABSL_GUARDED_BY(mu_);
   // Piece sizing: the last Verify's forward pass (tokens, time, when), the
   // mean interval between Verify calls, and a fit of every pass's time as
-  // fixed + per_token * tokens.
+  // fixed + per_token * tokens + per_position * attended positions.
   int64_t last_verify_tokens_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t last_verify_ns_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_verify_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();

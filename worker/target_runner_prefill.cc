@@ -8,13 +8,23 @@
 // every weight once) plus a part per token, so a piece that rides on a pass
 // costs only its per-token part, and the live step it slows is one the
 // streams were taking anyway. The piece is sized from a fit of measured pass
-// times, fixed + per_token * tokens, so that it adds about half to the pass:
-// a live stream's step takes at most about 1.5 times as long during the
-// admission, whatever the prompt length. When no Verify has come for a few
-// step intervals (no live streams), Open runs passes of its own, at most
-// prefill_chunk_tokens long, sized to half a verify pass while streams were
-// live recently, and lets a waiting Verify go first between them.
+// times, fixed + per_token * tokens + per_position * attended positions (a
+// token late in a long prompt attends all the prompt before it, so pieces
+// shrink as the prompt fills), so that it adds TargetRunnerOptions::
+// prefill_share to the pass: a live stream's step takes at most about
+// 1 + prefill_share times as long during the admission, whatever the prompt
+// length. The share is a quarter by default: with half, on the 2-core
+// development machine under other load, the live streams' median gap during
+// a 480-token admission came out 5-6 times their median around it in the
+// calmer runs, with a quarter 1.1-1.3 times (prefill_stall_test). Why half
+// overshoots that much is not established; a suspect is that the fit of
+// wall-clock pass times also learns other processes' preemptions. When no
+// Verify has come for a few step intervals (no live streams), Open runs
+// passes of its own, at most prefill_chunk_tokens long, sized to half a
+// verify pass while streams were live recently, and lets a waiting Verify go
+// first between them.
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "core/spec/philox.h"
@@ -103,39 +113,81 @@ absl::Duration TargetRunner::IdleWait() const {
                     absl::Milliseconds(100));
 }
 
+double TargetRunner::Attended(int64_t before, int64_t n) {
+  const double k = static_cast<double>(n);
+  return k * static_cast<double>(before) + 0.5 * k * (k + 1);
+}
+
+bool TargetRunner::HasPassFit() const {
+  const std::vector<double>& theta = pass_time_.coefficients();
+  return pass_time_.num_observed() >= kMinPassesForFit && (theta[1] > 0 || theta[2] > 0);
+}
+
+int64_t TargetRunner::OldestFed() const {
+  for (const Prefill* p : prefilling_) {
+    if (!p->done) return static_cast<int64_t>(p->fed);
+  }
+  return 0;
+}
+
+int64_t TargetRunner::PieceTokensWithin(double budget_s, int64_t most) const {
+  // per_token * n + per_position * Attended(fed, n) <= budget, a quadratic in
+  // n: the piece's tokens attend the prompt fed so far, so at the end of a
+  // long prompt each token costs more than at its start.
+  const std::vector<double>& theta = pass_time_.coefficients();
+  const double a = 0.5 * theta[2];
+  const double b = theta[1] + theta[2] * (static_cast<double>(OldestFed()) + 0.5);
+  double n = static_cast<double>(most);
+  if (budget_s <= 0) {
+    n = 1;
+  } else if (a > 0) {
+    n = (-b + std::sqrt(b * b + 4 * a * budget_s)) / (2 * a);
+  } else if (b > 0) {
+    n = budget_s / b;
+  }
+  return std::clamp<int64_t>(static_cast<int64_t>(std::min(n, static_cast<double>(most))), 1,
+                             most);
+}
+
 int64_t TargetRunner::ChunkTokens() const {
   // Verify batches this recent mean live streams: keep each own pass at
   // about half of theirs, so a live step waits for at most half a step.
   constexpr absl::Duration kLive = absl::Milliseconds(250);
   const int64_t most = options_.prefill_chunk_tokens;
   if (absl::Now() - last_verify_at_ >= kLive) return most;
-  const std::vector<double>& theta = pass_time_.coefficients();
-  if (pass_time_.num_observed() < kMinPassesForFit || theta[1] <= 0) {
-    return std::clamp<int64_t>(last_verify_tokens_ / 2, 1, most);
-  }
-  const double budget_s = 0.5 * last_verify_ns_ * 1e-9 - theta[0];
-  return std::clamp<int64_t>(static_cast<int64_t>(budget_s / theta[1]), 1, most);
+  if (!HasPassFit()) return std::clamp<int64_t>(last_verify_tokens_ / 2, 1, most);
+  return PieceTokensWithin(0.5 * last_verify_ns_ * 1e-9 - pass_time_.coefficients()[0], most);
 }
 
-int64_t TargetRunner::FusedTokens(int64_t verify_tokens) const {
-  // fixed + per_token * (v + n) <= 1.5 * (fixed + per_token * v) gives
-  // n <= (fixed / per_token + v) / 2. Without a fit the fixed part is taken
-  // as 0 (n = v / 2 holds the bound for any pass time that grows at most
-  // linearly). Pass times are noisy and not quite linear (past a knee the
-  // per-token cost grows), so the fitted fixed part counts for at most 3v
-  // tokens: n <= 2v, which bounds the damage of a wrong fit.
+int64_t TargetRunner::FusedTokens(int64_t verify_tokens, double verify_attended) const {
+  // The piece may add options_.prefill_share of the pass the trees alone
+  // would take, as the fit predicts it. Without a fit the fixed part of a
+  // pass is taken as 0 and a prompt token as dear as a tree token (n = share
+  // * v holds the bound for any pass time that grows at most linearly in the
+  // tokens and their context). Pass times are noisy, so a piece never
+  // exceeds 4 * share * v tokens, which bounds the damage of a wrong fit.
   const double v = static_cast<double>(verify_tokens);
-  double fixed_tokens = 0;
-  const std::vector<double>& theta = pass_time_.coefficients();
-  if (pass_time_.num_observed() >= kMinPassesForFit && theta[1] > 0) {
-    fixed_tokens = std::min(3 * v, theta[0] / theta[1]);
+  const int64_t most = std::clamp<int64_t>(static_cast<int64_t>(4 * options_.prefill_share * v),
+                                           1, options_.prefill_chunk_tokens);
+  if (!HasPassFit()) {
+    return std::clamp<int64_t>(static_cast<int64_t>(options_.prefill_share * v), 1, most);
   }
-  return std::clamp<int64_t>(static_cast<int64_t>(0.5 * (fixed_tokens + v)), 1,
-                             options_.prefill_chunk_tokens);
+  const double verify_s = pass_time_.Predict({1.0, v, verify_attended});
+  return PieceTokensWithin(options_.prefill_share * verify_s, most);
 }
 
-void TargetRunner::ObservePass(int64_t tokens, int64_t ns) {
-  if (tokens > 0) pass_time_.Observe({1.0, static_cast<double>(tokens)}, ns * 1e-9);
+void TargetRunner::ObservePass(int64_t tokens, double attended, int64_t ns) {
+  if (tokens > 0) pass_time_.Observe({1.0, static_cast<double>(tokens), attended}, ns * 1e-9);
+}
+
+double TargetRunner::PiecesAttended(const std::vector<Prefill*>& pieces,
+                                    const std::vector<ForwardSeq>& batch, size_t first) {
+  double attended = 0;
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    attended += Attended(static_cast<int64_t>(pieces[k]->fed),
+                         static_cast<int64_t>(batch[first + k].tokens.size()));
+  }
+  return attended;
 }
 
 void TargetRunner::FailOpen(Prefill* p, absl::Status st) {
@@ -211,6 +263,7 @@ void TargetRunner::RunOwnChunk() {
   std::vector<ForwardSeq> batch;
   const std::vector<Prefill*> pieces = TakePieces(ChunkTokens(), &batch);
   if (pieces.empty()) return;
+  const double attended = PiecesAttended(pieces, batch, 0);
   const int64_t t0 = NowNs();
   ForwardOutput fo;
   ForwardOptions options;
@@ -221,7 +274,7 @@ void TargetRunner::RunOwnChunk() {
   const absl::Status st = model_->Forward(batch, &fo, options);
   int64_t tokens = 0;
   for (const ForwardSeq& f : batch) tokens += static_cast<int64_t>(f.tokens.size());
-  ObservePass(tokens, NowNs() - t0);
+  ObservePass(tokens, attended, NowNs() - t0);
   FinishPieces(pieces, batch, 0, st, fo, options.hidden_layers);
 }
 

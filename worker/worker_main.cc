@@ -46,6 +46,8 @@ ABSL_FLAG(int64_t, max_tree_nodes, 128, "Largest token tree per sequence per ste
 ABSL_FLAG(int64_t, max_sequences, 256, "Most concurrently open sequences");
 ABSL_FLAG(int64_t, prefill_chunk_tokens, 256,
           "Longest prompt piece prefilled at once; live streams' steps run between pieces");
+ABSL_FLAG(double, prefill_share, 0.25,
+          "What a waiting prompt's piece may add to a live Verify pass it rides on (0.25: a quarter)");
 ABSL_FLAG(double, sequence_lease_s, 60,
           "Seconds after its last Open/Verify that a sequence is released (its client is presumed "
           "gone); 0: never");
@@ -107,6 +109,7 @@ TargetRunnerOptions RunnerOptions() {
   options.max_tree_nodes = absl::GetFlag(FLAGS_max_tree_nodes);
   options.max_sequences = absl::GetFlag(FLAGS_max_sequences);
   options.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk_tokens);
+  options.prefill_share = absl::GetFlag(FLAGS_prefill_share);
   options.sequence_lease = absl::Seconds(absl::GetFlag(FLAGS_sequence_lease_s));
   return options;
 }

@@ -739,6 +739,21 @@ TEST_F(TargetRunnerTest, PromptPiecesRideOnVerifyPasses) {
   EXPECT_TRUE(runner.HasSequence(2));
 }
 
+TEST(TargetRunnerOptionsTest, PrefillShareMustBePositiveAndAtMostFour) {
+  for (double share : {0.0, -0.25, 4.5}) {
+    TargetRunnerOptions o;
+    o.prefill_share = share;
+    const absl::Status st = o.Validate();
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << "share " << share;
+    EXPECT_NE(st.message().find("prefill_share"), absl::string_view::npos) << st;
+  }
+  for (double share : {0.1, 0.25, 4.0}) {
+    TargetRunnerOptions o;
+    o.prefill_share = share;
+    EXPECT_TRUE(o.Validate().ok()) << "share " << share;
+  }
+}
+
 TEST_F(TargetRunnerTest, LeasesReleaseIdleSequences) {
   absl::Time now = absl::FromUnixSeconds(100);
   TargetRunner runner(model_.get(),
