@@ -30,7 +30,7 @@ LIMIT_MB=20
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTREESPEC_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_EXE_LINKER_FLAGS="-Wl,--as-needed" \
   -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache >/dev/null
-ninja -C "$BUILD" "${TARGETS[@]}"
+ninja -C "$BUILD" "${TARGETS[@]}" treespec_spm
 
 rm -rf "$DEST"
 mkdir -p "$DEST/bin" "$DEST/lib"
@@ -47,6 +47,13 @@ for t in "${TARGETS[@]}"; do
     if [[ "$name" =~ $system_lib ]]; then continue; fi
     [ -e "$DEST/lib/$name" ] || cp -L "$path" "$DEST/lib/$name"
   done
+done
+# The SentencePiece plugin (found at <bin>/../lib, core/tokenizer) and what it
+# needs: spec_bench tokenizes its prompts.
+cp -L "$BUILD/lib/libtreespec_spm.so" "$DEST/lib/"
+ldd "$DEST/lib/libtreespec_spm.so" | awk '/=> \// {print $1, $3}' | while read -r name path; do
+  if [[ "$name" =~ $system_lib ]]; then continue; fi
+  [ -e "$DEST/lib/$name" ] || cp -L "$path" "$DEST/lib/$name"
 done
 strip --strip-unneeded "$DEST"/lib/*.so* 2>/dev/null || true
 
