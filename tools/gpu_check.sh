@@ -8,7 +8,8 @@
 #
 # Usage:
 #   tools/gpu_check.sh .gpu        prebuilt bundle from tools/gpu_bundle.sh
-#                                  (bin/, lib/ -> LD_LIBRARY_PATH, fixtures/)
+#                                  (bin/, lib/ -> LD_LIBRARY_PATH; fixtures from
+#                                  tests/fixtures/models, or DIR/fixtures if present)
 #   tools/gpu_check.sh DIR         any directory holding the five binaries
 #   tools/gpu_check.sh             builds them here first (needs the -dev
 #                                  packages: cmake -DTREESPEC_CUDA=ON

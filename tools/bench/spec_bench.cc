@@ -126,6 +126,10 @@ struct RunResult {
   int64_t tokens = 0;
 };
 
+// Requests that failed (submit refused or stream ended in an error): any
+// makes the program exit non-zero, since its table then means nothing.
+std::atomic<int64_t> failed_requests{0};
+
 RunResult Run(Coordinator* coordinator, const std::string& drafter, const std::string& tree,
               int clients) {
   const LaneStepStats before = coordinator->TotalStats();
@@ -148,7 +152,7 @@ RunResult Run(Coordinator* coordinator, const std::string& drafter, const std::s
         req.mutable_speculation()->set_tree(tree);
         auto st = coordinator->Submit(req, Clock::now(), std::nullopt);
         if (!st.ok()) {
-          std::fprintf(stderr, "submit: %s\n", st.status().ToString().c_str());
+          if (failed_requests++ < 3) std::fprintf(stderr, "submit: %s\n", st.status().ToString().c_str());
           return;
         }
         while (true) {
@@ -166,7 +170,9 @@ RunResult Run(Coordinator* coordinator, const std::string& drafter, const std::s
             continue;
           }
           if (done) {
-            if (!status.ok()) std::fprintf(stderr, "request: %s\n", status.ToString().c_str());
+            if (!status.ok() && failed_requests++ < 3) {
+              std::fprintf(stderr, "request: %s\n", status.ToString().c_str());
+            }
             break;
           }
         }
@@ -328,6 +334,11 @@ int Main() {
   }
   coordinator->reset();
   for (Child& c : children) Kill(c);
+  if (failed_requests > 0) {
+    std::fprintf(stderr, "spec_bench: %lld requests failed; the table above is not valid\n",
+                 static_cast<long long>(failed_requests.load()));
+    return 1;
+  }
   return 0;
 }
 
