@@ -13,14 +13,14 @@
 // shrink as the prompt fills), so that it adds TargetRunnerOptions::
 // prefill_share to the pass: a live stream's step takes at most about
 // 1 + prefill_share times as long during the admission, whatever the prompt
-// length. The share is a quarter by default: with half, on the 2-core
-// development machine under other load, the live streams' median gap during
-// a 480-token admission came out 5-6 times their median around it in the
-// calmer runs, with a quarter 1.1-1.3 times (prefill_stall_test). Why half
-// overshoots that much is not established; a suspect is that the fit of
-// wall-clock pass times also learns other processes' preemptions. When no
-// Verify has come for a few step intervals (no live streams), Open runs
-// passes of its own, at most prefill_chunk_tokens long, sized to half a
+// length. The share is half by default, as before it was a flag. A quarter
+// was tried as the default and dropped: in 8 paired runs of
+// prefill_stall_test at load averages of 7-9 on 2 cores, the live streams'
+// median gap during the admission was 1.6 times their median around it with
+// a quarter and 1.7 times with half (medians over the runs; single runs
+// 0.3-5.3 either way), while the prompt's admission took 1.7 times as long.
+// When no Verify has come for a few step intervals (no live streams), Open
+// runs passes of its own, at most prefill_chunk_tokens long, sized to half a
 // verify pass while streams were live recently, and lets a waiting Verify go
 // first between them.
 #include <algorithm>

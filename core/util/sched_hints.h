@@ -19,6 +19,13 @@
 // inherit it, so a server calls it first thing in main. It changes no weight:
 // the process gets no larger share of the cores, only its wakeups are served
 // sooner. Older kernels ignore the field or refuse it (the status says so).
+//
+// Off by default (--sched_slice_us 0): in 8 paired runs of prefill_stall_test
+// on the same machine at load averages of 8-9, a 100 us slice in all three
+// services cut the live streams' p99 gap from 9.0 to 3.0 times their median
+// (medians over the runs) but raised that median from 2.5 to 6.0 ms: the
+// services' own compute is preempted sooner too, so the pace is slower. A
+// deployment that values a short tail over throughput may turn it on.
 #pragma once
 
 #include "absl/status/status.h"

@@ -3,8 +3,8 @@
 // in that lane keep their pace — their p99 inter-chunk latency during the
 // admission is at most twice their median. Worker, Mamba drafter and
 // coordinator run as their binaries with default flags (three processes on
-// loopback, the CPU demo models), so the services' own scheduling
-// (--sched_slice_us, core/util/sched_hints.h) is what is tested.
+// loopback, the CPU demo models): the services as deployed are what is
+// tested, each with its own CPU threads.
 //
 // Every side must hold for it to pass: the coordinator admits outside its
 // step loop (worker and drafter Opens in parallel, off the lane thread; that
@@ -75,8 +75,7 @@ void SplitGaps(const Arrivals& arrivals, Clock::time_point start, Clock::time_po
 
 TEST(PrefillStallTest, LongPromptAdmissionKeepsLiveStreamsAtPace) {
   if (!HaveDemoModels()) GTEST_SKIP() << "models/demo is missing";
-  // The service binaries with their default flags: their scheduling hints
-  // (--sched_slice_us) and prefill settings are what is tested.
+  // The service binaries with their default flags.
   auto deployment = Deployment::Start({});
   ASSERT_TRUE(deployment.ok()) << deployment.status();
   auto stub = (*deployment)->Stub();

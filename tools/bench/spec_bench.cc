@@ -59,7 +59,7 @@ ABSL_FLAG(int32_t, requests_per_client, 2, "Requests each client sends in sequen
 ABSL_FLAG(std::string, bin, "build/bin", "Directory of treespec-worker and treespec-drafter");
 ABSL_FLAG(std::string, device, "cpu", "Worker and drafter backend");
 ABSL_FLAG(double, temperature, 0.0, "Sampling temperature (0: greedy)");
-ABSL_FLAG(int32_t, sched_slice_us, 100,
+ABSL_FLAG(int32_t, sched_slice_us, 0,
           "Scheduler slice of the in-process coordinator's threads, as treespec-coordinator's "
           "--sched_slice_us (0: the kernel's default)");
 
