@@ -105,7 +105,17 @@ def main():
                 ok = r <= args.tol
                 failed |= not ok
                 rows.append((d, "trainer cached decode", r, what, ok))
-        if not args.no_hf:
+        hf_major = None
+        try:
+            import transformers
+            hf_major = int(transformers.__version__.split(".")[0])
+        except ImportError:
+            pass
+        if not args.no_hf and model.arch in ("mamba2", "bamba") and hf_major is not None and hf_major < 5:
+            rows.append((d, "transformers", float("nan"), "skipped: transformers %s < 5 (its Mamba-2 torch path "
+                         "differs for n_groups > 1; use the v5 venv, tools/train/requirements-v5.txt)" %
+                         transformers.__version__, True))
+        elif not args.no_hf:
             try:
                 theirs, ver = hf_logits(d, ids)
                 r, what = rel_diff(ours, theirs)

@@ -57,25 +57,31 @@ def main():
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--seed", type=int, default=99)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--device", default="auto")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
+    if device.type == "cuda":  # float32 without TF32: greedy labels as a float32 engine computes them
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     t0 = time.time()
     drafters = []
     for d in args.drafters:
-        m, _ = M.load_model(d)
+        m, _ = M.load_model(d, device)
         drafters.append((os.path.basename(os.path.normpath(d)), m))
     batches = prompts_from_val(args.data, args.num_prompts, args.batch_size, args.seed)
     results = {}
     for tdir in args.targets:
         tname = os.path.basename(os.path.normpath(tdir))
-        target, cfg = M.load_model(tdir)
+        target, cfg = M.load_model(tdir, device)
         eos = cfg["eos_token_id"]
         eos = eos[0] if isinstance(eos, list) else eos
         seqs = []
         for p in batches:
-            toks, length = generate_batch(target, p, args.max_len, True, 1.0, eos, None, contextlib.nullcontext)
-            seqs.append((toks, length, p.shape[1]))
+            toks, length = generate_batch(target, p.to(device), args.max_len, True, 1.0, eos, None,
+                                          contextlib.nullcontext)
+            seqs.append((toks, length.cpu(), p.shape[1]))
         n_gen = sum(int((ln - P).sum()) for _, ln, P in seqs)
         log("%s: %d greedy continuations, %d generated tokens (%s)" %
             (tname, sum(len(ln) for _, ln, _ in seqs), n_gen, fmt_time(time.time() - t0)))
@@ -85,8 +91,8 @@ def main():
             hit = cnt = 0
             for toks, length, P in seqs:
                 x, y = toks[:, :-1], toks[:, 1:].clone()
-                pos = torch.arange(1, toks.shape[1])[None, :]
-                y[(pos >= length[:, None]) | (pos < P)] = -100
+                pos = torch.arange(1, toks.shape[1], device=toks.device)[None, :]
+                y[(pos >= length.to(toks.device)[:, None]) | (pos < P)] = -100
                 with torch.no_grad():
                     lg = dm(x).float()
                 m = y != -100

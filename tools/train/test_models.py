@@ -40,9 +40,15 @@ TINY_BAMBA = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidd
 
 
 def hf_has(name):
+    """transformers has class `name` with the semantics the trainer follows. Mamba-2 / Bamba:
+    transformers >= 5 only (4.x's Mamba2 torch path tiles B and C over the heads instead of
+    giving head h group h // (H / G), normalises the gated output over all channels instead
+    of per group, and clamps dt at time_step_min; all differ from mamba_ssm when n_groups > 1)."""
     if not HAVE_HF:
         return False
     import transformers
+    if name in ("Mamba2ForCausalLM", "BambaForCausalLM") and int(transformers.__version__.split(".")[0]) < 5:
+        return False
     return hasattr(transformers, name)
 
 

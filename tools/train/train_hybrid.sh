@@ -83,9 +83,9 @@ case "$PROFILE" in
                 --eval-batches 16 --tokens "$DRAFT_TOKENS")
     SIM_ARGS=(--num-prompts 256 --batch-size 256)
     ;;
-  cpu)  # what made the committed models: 1 thread, about 3.5 hours on a shared 2-core machine
-    : "${INIT_SECONDS:=1200}" "${HYBRID_SECONDS:=4200}" "${MAMBA2_SECONDS:=3000}" "${DISTILL_SECONDS:=900}"
-    : "${MAMBA_SECONDS:=2100}" "${TRANSFORMER_SECONDS:=900}" "${TOTAL_SECONDS:=0}"
+  cpu)  # what made the committed models: 1 thread, about 3 hours on a shared 2-core machine
+    : "${INIT_SECONDS:=1200}" "${HYBRID_SECONDS:=3600}" "${MAMBA2_SECONDS:=2400}" "${DISTILL_SECONDS:=600}"
+    : "${MAMBA_SECONDS:=1800}" "${TRANSFORMER_SECONDS:=600}" "${TOTAL_SECONDS:=0}"
     : "${TARGET_TOKENS:=100e6}" "${DRAFT_TOKENS:=100e6}"
     COMMON=(--threads "${THREADS:-1}")
     INIT_ARGS=(--batch-size 16 --seq-len 256 --lr 1.5e-3 --warmup-steps 30 --eval-batches 16 --log-every 10)
