@@ -35,7 +35,8 @@ fuzz:
 # The tests under ASan + UBSan (build-asan/, everything) and TSan (build-tsan/,
 # the lane, step machine and communicator tests); clang, no CUDA; see
 # tools/sanitize.sh. `make asan` and `make tsan` run one of the two; `make
-# asan-unit` only the unit and golden tests under ASan + UBSan (what CI runs).
+# asan-unit` only the unit and golden tests under ASan + UBSan (CI runs make
+# tsan and make asan).
 sanitize:
 	JOBS=$(JOBS) bash tools/sanitize.sh all $(CTEST_FLAGS)
 asan:

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "rpc/server.h"
@@ -28,9 +29,23 @@ class WorkerClient {
   virtual absl::StatusOr<v1::WorkerInfo> Info(std::chrono::milliseconds timeout) = 0;
 };
 
+// A Draft call in flight (DrafterClient::StartDraft).
+class PendingDraft {
+ public:
+  virtual ~PendingDraft() = default;  // cancels the call if not waited for
+  // Blocks until the call ends; call once.
+  virtual absl::StatusOr<v1::DraftResponse> Wait() = 0;
+};
+
 class DrafterClient {
  public:
   virtual ~DrafterClient() = default;
+  // Sends a Draft call and returns at once, so that the caller can make
+  // another call meanwhile (draft-ahead beside a Verify). The default runs
+  // Draft on a thread of its own; the gRPC client sends it from the calling
+  // thread and reads the answer in Wait, without a thread hop.
+  virtual std::unique_ptr<PendingDraft> StartDraft(const v1::DraftRequest& req,
+                                                   std::chrono::milliseconds timeout);
   virtual const std::string& address() const = 0;
   virtual absl::StatusOr<v1::DrafterOpenResponse> Open(const v1::DrafterOpenRequest& req,
                                                        std::chrono::milliseconds timeout) = 0;

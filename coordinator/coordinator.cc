@@ -40,6 +40,10 @@ absl::Status CoordinatorOptions::Validate() const {
   if (max_batch < 1) return absl::InvalidArgumentError("--max_batch must be >= 1");
   if (max_tree_nodes < 1) return absl::InvalidArgumentError("--max_tree_nodes must be >= 1");
   if (default_max_tokens < 1) return absl::InvalidArgumentError("--default_max_tokens must be >= 1");
+  if (lane.draft_ahead < 0 || lane.draft_ahead > 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--draft_ahead must be in [0, 16], got ", lane.draft_ahead));
+  }
   if (default_tree != "auto") TS_RETURN_IF_ERROR(TreeShape::Parse(default_tree).status());
   for (absl::string_view t : absl::StrSplit(bandit_trees, ';', absl::SkipEmpty())) {
     absl::StatusOr<TreeShape> s = TreeShape::Parse(t);
@@ -164,7 +168,7 @@ absl::Status Coordinator::Start() {
           info->vocab_size(), " but the target has ", ctx_.vocab_size));
     }
     TakeProfile(d.get(), info->draft_cost(), "drafter");
-    d->SetInfo(info->kind(), {info->feature_layers().begin(), info->feature_layers().end()});
+    d->SetInfo(*info);
   }
   prober_ = std::thread([this] { ProbeLoop(); });
   return absl::OkStatus();
@@ -192,7 +196,7 @@ void Coordinator::ProbeLoop() {
       if (absl::StatusOr<v1::DrafterInfoResponse> info = d->client->Info(kProbeTimeout);
           info.ok()) {
         TakeProfile(d.get(), info->draft_cost(), "drafter");
-        d->SetInfo(info->kind(), {info->feature_layers().begin(), info->feature_layers().end()});
+        d->SetInfo(*info);
         d->health.MarkHealthy();
       } else {
         d->health.MarkFailed(Clock::now());
@@ -312,6 +316,10 @@ LaneStepStats Coordinator::TotalStats() const {
     t.drafter_reported_ns += s.drafter_reported_ns;
     t.worker_handler_ns += s.worker_handler_ns;
     t.loop_ns += s.loop_ns;
+    t.loop_cpu_ns += s.loop_cpu_ns;
+    t.ahead_calls += s.ahead_calls;
+    t.ahead_ns += s.ahead_ns;
+    t.ahead_wait_ns += s.ahead_wait_ns;
   }
   return t;
 }

@@ -29,6 +29,13 @@ ABSL_FLAG(int64_t, max_tree_nodes, 64, "Largest tree a request may ask for (root
 ABSL_FLAG(int32_t, default_max_tokens, 128, "max_tokens when a request gives 0");
 ABSL_FLAG(int32_t, draft_timeout_ms, 5000, "Draft RPC deadline; slower drafts fall back");
 ABSL_FLAG(int32_t, verify_timeout_ms, 60000, "Verify RPC deadline");
+ABSL_FLAG(int32_t, draft_ahead, 2,
+          "Draft-ahead: candidate trees per sequence asked from the drafter beside each Verify "
+          "(capped by what it offers: its --predraft; 0: off). A matching outcome is verified "
+          "at once, without a Draft call");
+ABSL_FLAG(bool, draft_ahead_sampled, false,
+          "Draft-ahead also for sampled requests (temperature > 0), whose bonus token is rarely "
+          "guessed");
 ABSL_FLAG(int32_t, startup_timeout_s, 60, "How long to wait for a worker at start-up");
 ABSL_FLAG(std::string, trace_steps, "spans",
           "Per-step tracing of sampled requests: spans (a draft and a verify span per step), "
@@ -108,6 +115,8 @@ int Main() {
   options.startup_timeout = std::chrono::seconds(absl::GetFlag(FLAGS_startup_timeout_s));
   options.lane.draft_timeout = std::chrono::milliseconds(absl::GetFlag(FLAGS_draft_timeout_ms));
   options.lane.verify_timeout = std::chrono::milliseconds(absl::GetFlag(FLAGS_verify_timeout_ms));
+  options.lane.draft_ahead = absl::GetFlag(FLAGS_draft_ahead);
+  options.lane.draft_ahead_sampled = absl::GetFlag(FLAGS_draft_ahead_sampled);
   options.telemetry = &telemetry;
   auto coordinator = Coordinator::Create(options, std::move(workers), std::move(drafters),
                                          std::move(tokenizer));

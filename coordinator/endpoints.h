@@ -82,17 +82,26 @@ struct DrafterEndpoint {
     absl::MutexLock lock(&mu);
     return kind_;
   }
+  // Draft-ahead: the most candidates it gives per sequence (0: none, or not
+  // known yet) and the largest step it drafts them for (0: any); its
+  // DrafterInfoResponse.max_ahead_candidates / max_ahead_batch.
+  int32_t max_ahead_candidates() const { return max_ahead_candidates_.load(); }
+  int64_t max_ahead_batch() const { return max_ahead_batch_.load(); }
   // From the drafter's Info answer.
-  void SetInfo(std::string kind, std::vector<int32_t> layers) {
+  void SetInfo(const v1::DrafterInfoResponse& info) {
     absl::MutexLock lock(&mu);
-    kind_ = std::move(kind);
-    feature_layers_ = std::move(layers);
+    kind_ = info.kind();
+    feature_layers_.assign(info.feature_layers().begin(), info.feature_layers().end());
+    max_ahead_candidates_.store(info.max_ahead_candidates());
+    max_ahead_batch_.store(info.max_ahead_batch());
   }
 
  private:
   mutable absl::Mutex mu;
   std::string kind_ ABSL_GUARDED_BY(mu);
   std::vector<int32_t> feature_layers_ ABSL_GUARDED_BY(mu);
+  std::atomic<int32_t> max_ahead_candidates_{0};
+  std::atomic<int64_t> max_ahead_batch_{0};
 };
 
 }  // namespace treespec

@@ -5,6 +5,35 @@
 #include "treespec/v1/worker.grpc.pb.h"
 
 namespace treespec {
+
+namespace {
+
+class ThreadPendingDraft final : public PendingDraft {
+ public:
+  ThreadPendingDraft(DrafterClient* client, v1::DraftRequest req, std::chrono::milliseconds timeout)
+      : thread_([this, client, req = std::move(req), timeout] {
+          result_ = client->Draft(req, timeout);
+        }) {}
+  ~ThreadPendingDraft() override {
+    if (thread_.joinable()) thread_.join();
+  }
+  absl::StatusOr<v1::DraftResponse> Wait() override {
+    thread_.join();
+    return std::move(result_);
+  }
+
+ private:
+  absl::StatusOr<v1::DraftResponse> result_ = absl::UnknownError("not done");
+  std::thread thread_;  // last: it writes result_
+};
+
+}  // namespace
+
+std::unique_ptr<PendingDraft> DrafterClient::StartDraft(const v1::DraftRequest& req,
+                                                        std::chrono::milliseconds timeout) {
+  return std::make_unique<ThreadPendingDraft>(this, req, timeout);
+}
+
 namespace {
 
 template <typename Resp, typename Call>
@@ -51,6 +80,51 @@ class GrpcWorkerClient final : public WorkerClient {
   std::unique_ptr<v1::Worker::Stub> stub_;
 };
 
+// An async unary call on a completion queue of its own: sent from the
+// calling thread; Wait polls the queue for the answer.
+class GrpcPendingDraft final : public PendingDraft {
+ public:
+  GrpcPendingDraft(v1::Drafter::Stub* stub, const v1::DraftRequest& req,
+                   std::chrono::milliseconds timeout) {
+    ctx_.set_deadline(std::chrono::system_clock::now() + timeout);
+    InjectTraceContext(&ctx_);
+    reader_ = stub->PrepareAsyncDraft(&ctx_, req, &cq_);
+    reader_->StartCall();
+    reader_->Finish(&resp_, &status_, this);
+  }
+  ~GrpcPendingDraft() override {
+    if (!waited_) {
+      ctx_.TryCancel();
+      Next();
+    }
+    cq_.Shutdown();
+    void* tag;
+    bool ok;
+    while (cq_.Next(&tag, &ok)) {
+    }
+  }
+  absl::StatusOr<v1::DraftResponse> Wait() override {
+    Next();
+    if (!status_.ok()) return FromGrpc(status_);
+    return std::move(resp_);
+  }
+
+ private:
+  void Next() {
+    void* tag = nullptr;
+    bool ok = false;
+    cq_.Next(&tag, &ok);
+    waited_ = true;
+  }
+
+  grpc::ClientContext ctx_;
+  grpc::CompletionQueue cq_;
+  v1::DraftResponse resp_;
+  grpc::Status status_;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<v1::DraftResponse>> reader_;
+  bool waited_ = false;
+};
+
 class GrpcDrafterClient final : public DrafterClient {
  public:
   GrpcDrafterClient(std::string address, const TlsFiles& tls)
@@ -66,6 +140,10 @@ class GrpcDrafterClient final : public DrafterClient {
                                           std::chrono::milliseconds t) override {
     return Unary<v1::DraftResponse>(
         t, [&](grpc::ClientContext* c, v1::DraftResponse* r) { return stub_->Draft(c, req, r); });
+  }
+  std::unique_ptr<PendingDraft> StartDraft(const v1::DraftRequest& req,
+                                           std::chrono::milliseconds t) override {
+    return std::make_unique<GrpcPendingDraft>(stub_.get(), req, t);
   }
   absl::Status Release(const v1::ReleaseDraftsRequest& req, std::chrono::milliseconds t) override {
     return Unary<v1::ReleaseDraftsResponse>(t, [&](grpc::ClientContext* c,

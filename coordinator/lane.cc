@@ -1,5 +1,7 @@
 #include "coordinator/lane.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -12,6 +14,13 @@ using Clock = std::chrono::steady_clock;
 
 int64_t Ns(Clock::duration d) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+}
+
+// CPU time of the calling thread.
+int64_t ThreadCpuNs() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return int64_t{t.tv_sec} * 1000000000 + t.tv_nsec;
 }
 
 absl::Status ShuttingDown() { return absl::UnavailableError("server shutting down"); }
@@ -62,6 +71,7 @@ Lane::Lane(WorkerEndpoint* worker, DrafterEndpoint* drafter, LaneOptions options
         };
         m.has_drafter = drafter != nullptr;
         m.reroute = options_.reroute;
+        m.draft_ahead_sampled = options_.draft_ahead_sampled;
         m.verify_profile = worker->verify_profile.Get();
         if (drafter != nullptr) m.draft_profile = drafter->draft_profile.Get();
         return m;
@@ -175,6 +185,7 @@ void Lane::Iterate() {
   }
   Reap();
   const Clock::time_point t0 = Clock::now();
+  const int64_t cpu0 = ThreadCpuNs();
   if (drafter_ != nullptr && drafter_->health.MayTry(t0)) {
     std::vector<DrafterOpenItem> items = machine_.PlanDrafterOpens(t0);
     if (!items.empty()) {
@@ -188,8 +199,10 @@ void Lane::Iterate() {
   if (machine_.num_live() > 0) {
     Step();
     Reap();
+    const int64_t cpu_ns = ThreadCpuNs() - cpu0;
     absl::MutexLock lock(&mu_);
     stats_.loop_ns += Ns(Clock::now() - t0);
+    stats_.loop_cpu_ns += cpu_ns;
   }
   PumpReleases(false);
   Publish();
@@ -233,7 +246,28 @@ void Lane::OpenDrafts(std::vector<DrafterOpenItem> items, std::vector<SeqTelemet
   });
 }
 
+void Lane::FinishAhead(std::unique_ptr<LaneRpc::AheadCall> call, size_t batch) {
+  const Clock::time_point verified = Clock::now();
+  int64_t wall_ns = 0;
+  absl::StatusOr<AheadReplies> replies = rpc_.FinishAhead(std::move(call), &wall_ns);
+  const int64_t wait_ns = Ns(Clock::now() - verified);
+  machine_.ApplyAhead(replies, wait_ns * 1e-9);
+  if (options_.telemetry != nullptr) {
+    const CoordinatorTelemetry::RpcMetrics& m = options_.telemetry->ForRpc("draft_ahead");
+    if (m.seconds != nullptr) m.seconds->Observe(wall_ns * 1e-9);
+    if (m.batch_size != nullptr) m.batch_size->Observe(static_cast<double>(batch));
+  }
+  absl::MutexLock lock(&mu_);
+  stats_.ahead_calls += 1;
+  stats_.ahead_ns += wall_ns;
+  stats_.ahead_wait_ns += wait_ns;
+}
+
 void Lane::Step() {
+  if (drafter_ != nullptr) {
+    machine_.set_draft_ahead(std::min(options_.draft_ahead, drafter_->max_ahead_candidates()),
+                             drafter_->max_ahead_batch());
+  }
   std::vector<DraftItem> drafts = machine_.PlanDrafts();
   if (!drafts.empty()) {
     BatchRpcTrace trace(options_.telemetry, "draft", machine_.Telemetry(Ids(drafts)));
@@ -243,21 +277,30 @@ void Lane::Step() {
   }
   std::vector<VerifyItem> verify = machine_.PlanVerify();
   if (verify.empty()) return;
+  // Draft-ahead: sent before the Verify, answered during it.
+  AheadPlan plan = machine_.PlanAhead();
+  const size_t ahead_batch = plan.commits.size() + plan.ahead.size();
+  std::unique_ptr<LaneRpc::AheadCall> ahead =
+      plan.empty() ? nullptr : rpc_.StartAhead(std::move(plan));
   std::vector<SeqTelemetry*> tel;
   for (const VerifyItem& v : verify) tel.push_back(v.tel);
+  const Clock::time_point verify_start = Clock::now();
   BatchRpcTrace trace(options_.telemetry, "verify", std::move(tel));
   absl::StatusOr<std::vector<VerifyReply>> r = rpc_.Verify(verify);
   trace.End(r.status());
+  if (ahead != nullptr) FinishAhead(std::move(ahead), ahead_batch);
+  const int64_t verify_phase_ns = Ns(Clock::now() - verify_start);
   machine_.ApplyVerify(r);
   SendCatchUps();
   const LaneRpc::Timing t = rpc_.TakeTiming();
   const int64_t draft_ns = t.drafter_reported_ns > 0 ? t.drafter_reported_ns : t.draft_ns;
   if (r.ok()) {
     // The step as the cost models see it: the drafter's time and the verify
-    // RPC (at least the worker's reported forward pass).
-    const int64_t step_ns = draft_ns + std::max(t.verify_ns, t.worker_forward_ns);
+    // phase (the Verify RPC and any wait for draft-ahead candidates after
+    // it; at least the worker's reported forward pass).
+    const int64_t step_ns = draft_ns + std::max(verify_phase_ns, t.worker_forward_ns);
     machine_.OnStepTimes(draft_ns * 1e-9, t.worker_forward_ns * 1e-9, t.verify_ns * 1e-9,
-                         step_ns * 1e-9);
+                         step_ns * 1e-9, t.draft_ns * 1e-9);
   }
   absl::MutexLock lock(&mu_);
   stats_.steps += 1;

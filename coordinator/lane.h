@@ -63,6 +63,11 @@ struct LaneOptions {
   int64_t max_tree_nodes = 0;  // and against this size (0: no limit)
   ReleaseQueueOptions release_retry;
   int num_rpc_threads = 4;  // the pool for Opens and Releases
+  // Draft-ahead (step_machine.h): candidates per sequence asked beside each
+  // Verify, at most the drafter's max_ahead_candidates and only in steps of
+  // at most its max_ahead_batch drafted sequences; 0: off.
+  int32_t draft_ahead = 2;
+  bool draft_ahead_sampled = false;  // StepMachineOptions::draft_ahead_sampled
   // StepMachineOptions::reroute: hands a request whose worker Open found the
   // group down to another group (the coordinator's); null: it fails.
   std::function<bool(const std::shared_ptr<RequestState>&)> reroute;
@@ -77,6 +82,15 @@ struct LaneStepStats {
   int64_t drafter_reported_ns = 0;
   int64_t worker_handler_ns = 0;   // the worker's whole Verify handler
   int64_t loop_ns = 0;       // whole step loop iterations with live sequences
+  // CPU time of the lane thread in those iterations (its gRPC client work
+  // included, not gRPC's own threads): the coordinator's CPU cost of the
+  // steps, whatever the load.
+  int64_t loop_cpu_ns = 0;
+  // Draft-ahead calls beside the Verify: their number, wall time, and the
+  // time steps waited for them after their Verify returned.
+  int64_t ahead_calls = 0;
+  int64_t ahead_ns = 0;
+  int64_t ahead_wait_ns = 0;
 };
 
 class Lane {
@@ -108,6 +122,9 @@ class Lane {
   void Admit(std::vector<std::shared_ptr<RequestState>> arrivals);
   void OpenDrafts(std::vector<DrafterOpenItem> items, std::vector<SeqTelemetry> tel);
   void Step();
+  // Draft-ahead beside the Verify: waits for the call `StartAhead` sent and
+  // hands its answer to the machine.
+  void FinishAhead(std::unique_ptr<LaneRpc::AheadCall> call, size_t batch);
   void SendCatchUps();
   void Reap();
   void PumpReleases(bool final);

@@ -149,6 +149,7 @@ v1::DraftRequest LaneRpc::DraftRequestOf(const std::vector<DraftItem>& items) {
     d->set_temperature(it.temperature);
     d->set_seed(it.seed);
     d->set_catch_up(it.catch_up);
+    d->set_omit_tree(it.omit_tree);
     if (!drafter_->feature_layers().empty()) {
       CopyFeatures(it.id, it.feature_begin, static_cast<int64_t>(it.new_tokens.size()),
                    d->mutable_features());
@@ -205,6 +206,73 @@ absl::StatusOr<std::vector<DraftReply>> LaneRpc::Draft(const std::vector<DraftIt
   return out;
 }
 
+AheadReply LaneRpc::AheadReplyOf(const AheadItem& item, v1::AheadResult* r,
+                                 std::vector<v1::TokenTree>* trees) const {
+  AheadReply out;
+  if (r == nullptr || r->sequence_id() != item.id) {
+    out.status = absl::InternalError("drafter answered the ahead items out of order");
+    return out;
+  }
+  out.status = FromProto(r->status());
+  if (!out.status.ok()) return out;
+  for (v1::AheadCandidate& c : *r->mutable_candidates()) {
+    AheadCandidateInfo info;
+    info.new_tokens.assign(c.new_tokens().begin(), c.new_tokens().end());
+    info.tree_status = ValidateDraftedTree(c.tree(), options_.vocab_size, options_.max_tree_nodes);
+    info.num_nodes = c.tree().tokens_size();
+    info.root = info.num_nodes > 0 ? c.tree().tokens(0) : -1;
+    if (info.tree_status.ok()) info.parents.assign(c.tree().parents().begin(), c.tree().parents().end());
+    out.candidates.push_back(std::move(info));
+    trees->emplace_back();
+    trees->back().Swap(c.mutable_tree());
+  }
+  return out;
+}
+
+std::unique_ptr<LaneRpc::AheadCall> LaneRpc::StartAhead(AheadPlan plan) {
+  auto call = std::make_unique<AheadCall>();
+  call->plan = std::move(plan);
+  v1::DraftRequest req = DraftRequestOf(call->plan.commits);
+  for (const AheadItem& a : call->plan.ahead) {
+    v1::AheadSequence* s = req.add_ahead();
+    s->set_sequence_id(a.id);
+    s->set_step(a.step);
+    s->set_tree(a.shape);
+    s->set_temperature(a.temperature);
+    s->set_seed(a.seed);
+    s->set_max_candidates(a.max_candidates);
+  }
+  call->start = Clock::now();
+  call->pending = drafter_->client->StartDraft(req, options_.draft_timeout);
+  return call;
+}
+
+absl::StatusOr<AheadReplies> LaneRpc::FinishAhead(std::unique_ptr<AheadCall> call,
+                                                  int64_t* wall_ns) {
+  absl::StatusOr<v1::DraftResponse> resp = call->pending->Wait();
+  *wall_ns = Ns(Clock::now() - call->start);
+  Note(drafter_->health, resp);
+  candidates_.clear();
+  if (!resp.ok()) return resp.status();
+  const AheadPlan& plan = call->plan;
+  AheadReplies out;
+  out.drafter_ns = resp->draft_ns();
+  for (size_t i = 0; i < plan.commits.size(); ++i) {
+    const int k = static_cast<int>(i);
+    out.commits.push_back(k < resp->results_size() &&
+                                  resp->results(k).sequence_id() == plan.commits[i].id
+                              ? FromProto(resp->results(k).status())
+                              : absl::InternalError("drafter answered out of order"));
+  }
+  for (size_t i = 0; i < plan.ahead.size(); ++i) {
+    const int k = static_cast<int>(i);
+    out.ahead.push_back(AheadReplyOf(plan.ahead[i],
+                                     k < resp->ahead_size() ? resp->mutable_ahead(k) : nullptr,
+                                     &candidates_[plan.ahead[i].id]));
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<VerifyReply>> LaneRpc::Verify(const std::vector<VerifyItem>& items) {
   v1::VerifyRequest req;
   for (const VerifyItem& it : items) {
@@ -212,7 +280,11 @@ absl::StatusOr<std::vector<VerifyReply>> LaneRpc::Verify(const std::vector<Verif
     st->set_sequence_id(it.id);
     st->set_step(it.step);
     auto p = payloads_.find(it.id);
-    if (it.drafted && p != payloads_.end()) {
+    auto c = it.candidate >= 0 ? candidates_.find(it.id) : candidates_.end();
+    if (it.drafted && c != candidates_.end() &&
+        it.candidate < static_cast<int32_t>(c->second.size())) {
+      st->mutable_tree()->Swap(&c->second[it.candidate]);
+    } else if (it.drafted && it.candidate < 0 && p != payloads_.end()) {
       st->mutable_tree()->Swap(&p->second);
     } else {
       st->mutable_tree()->add_tokens(it.root);
@@ -221,6 +293,7 @@ absl::StatusOr<std::vector<VerifyReply>> LaneRpc::Verify(const std::vector<Verif
     if (it.mode.has_value()) st->set_mode(ToProto(*it.mode));
   }
   payloads_.clear();
+  candidates_.clear();
   const Clock::time_point t0 = Clock::now();
   absl::StatusOr<v1::VerifyResponse> resp = worker_->client->Verify(req, options_.verify_timeout);
   timing_.verify_ns += Ns(Clock::now() - t0);

@@ -6,6 +6,9 @@
 // re-encoded. The machine sees only a tree's node count, root token and
 // validity (ValidateDraftedTree: vocabulary, size, parents).
 //
+// Draft-ahead candidates (step_machine.h) take the same road: their trees stay
+// here, by sequence id and candidate index, until a Verify item names one.
+//
 // A response that does not answer every item in order (count or ids) is
 // turned into per-item errors here, so the machine can index replies by item.
 //
@@ -20,8 +23,9 @@
 // freed with the worker's sequence (ReleaseWorker); it costs rows x width x 2
 // bytes per sequence.
 //
-// Thread-safety: Draft and Verify (the payload store) are called by the lane
-// thread only; the Open, CatchUp and Release calls are safe from any thread.
+// Thread-safety: Draft, Verify and the draft-ahead halves (the payload
+// stores) are called by the lane thread only; the Open, CatchUp and Release
+// calls are safe from any thread.
 #pragma once
 
 #include <chrono>
@@ -69,8 +73,23 @@ class LaneRpc {
   // safe from any thread (no payloads, no timing), so the lane sends it off
   // its step thread.
   absl::StatusOr<std::vector<absl::Status>> CatchUp(const std::vector<DraftItem>& items);
-  // Verifies the drafted payload of every item marked `drafted` (taken from
-  // the last Draft), a root-only tree otherwise.
+  // Draft-ahead, in two halves so that the lane makes its Verify call in
+  // between: StartAhead sends `plan` as one Draft call (the commits as
+  // DraftSequences with omit_tree, then the ahead items) without waiting;
+  // FinishAhead waits for the answer and returns the machine's replies,
+  // keeping the candidates' trees for the next Verify's items that name one
+  // (older ones are dropped: call it after that Verify). `*wall_ns`: the
+  // call's time from StartAhead to its answer.
+  struct AheadCall {
+    AheadPlan plan;
+    std::unique_ptr<PendingDraft> pending;
+    std::chrono::steady_clock::time_point start;
+  };
+  std::unique_ptr<AheadCall> StartAhead(AheadPlan plan);
+  absl::StatusOr<AheadReplies> FinishAhead(std::unique_ptr<AheadCall> call, int64_t* wall_ns);
+  // Verifies the drafted payload of every item marked `drafted` (the ahead
+  // candidate it names, else the tree of the last Draft), a root-only tree
+  // otherwise.
   absl::StatusOr<std::vector<VerifyReply>> Verify(const std::vector<VerifyItem>& items);
   absl::Status ReleaseWorker(const std::vector<uint64_t>& ids);
   absl::Status ReleaseDrafter(const std::vector<uint64_t>& ids);
@@ -87,6 +106,11 @@ class LaneRpc {
   DrafterEndpoint* const drafter_;
   const LaneRpcOptions options_;
   v1::DraftRequest DraftRequestOf(const std::vector<DraftItem>& items);
+  // Draft-ahead candidates' trees by sequence id, in candidate order.
+  using CandidateTrees = std::map<uint64_t, std::vector<v1::TokenTree>>;
+  // One AheadResult as the machine's reply; its trees move to `trees`.
+  AheadReply AheadReplyOf(const AheadItem& item, v1::AheadResult* r,
+                          std::vector<v1::TokenTree>* trees) const;
   struct FeatureLog {
     int32_t width = 0;
     int64_t num_rows = 0;
@@ -99,6 +123,7 @@ class LaneRpc {
   void CopyFeatures(uint64_t id, int64_t begin, int64_t n, v1::Features* out);
 
   std::map<uint64_t, v1::TokenTree> payloads_;  // drafted trees awaiting Verify
+  CandidateTrees candidates_;                   // draft-ahead candidates awaiting Verify
   Timing timing_;
   absl::Mutex features_mu_;
   std::map<uint64_t, FeatureLog> features_ ABSL_GUARDED_BY(features_mu_);

@@ -69,6 +69,17 @@ void SeqTelemetry::OnPredraft(bool hit, double saved_seconds) {
   if (hit) t_->predraft_saved_seconds->WithLabels({drafter_})->Observe(saved_seconds);
 }
 
+void SeqTelemetry::OnDraftAhead(bool hit, double saved_seconds) {
+  if (t_ == nullptr) return;
+  t_->draft_ahead_steps->WithLabels({drafter_, hit ? "hit" : "miss"})->Inc();
+  if (hit) t_->draft_ahead_saved_seconds->WithLabels({drafter_})->Observe(saved_seconds);
+}
+
+void SeqTelemetry::OnDraftAheadWait(double seconds) {
+  if (t_ == nullptr) return;
+  t_->draft_ahead_wait_seconds->WithLabels({drafter_})->Observe(seconds);
+}
+
 void SeqTelemetry::OnFallback() {
   if (t_ == nullptr) return;
   switch (draft_state_) {

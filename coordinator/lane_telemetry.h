@@ -42,6 +42,11 @@ class SeqTelemetry {
   // This step's tree was (`hit`) or was not pre-drafted; `saved_seconds`:
   // the estimated drafting time a hit saved.
   void OnPredraft(bool hit, double saved_seconds);
+  // This step's candidates had been asked for (draft-ahead): `hit` it
+  // verified one, saving an estimated `saved_seconds`.
+  void OnDraftAhead(bool hit, double saved_seconds);
+  // The step waited `seconds` for the candidates it asked for (once per step).
+  void OnDraftAheadWait(double seconds);
   // This step is verified root-only although the request asked for a drafter.
   // Without `reason`, it is inferred from the draft RPC and OnDraft calls.
   void OnFallback();
@@ -90,7 +95,7 @@ class SeqTelemetry {
 // span (with the attributes OnDraft / OnVerify added in between).
 class BatchRpcTrace {
  public:
-  // `rpc`: "prefill", "drafter_open", "draft" or "verify". `seqs`: a range of
+  // `rpc`: "prefill", "drafter_open", "draft", "verify" or "draft_ahead". `seqs`: a range of
   // pointers (raw or smart) to objects with a `tel` member (SeqTelemetry).
   template <typename Range>
   BatchRpcTrace(CoordinatorTelemetry* t, const char* rpc, const Range& seqs) : t_(t), rpc_(rpc) {

@@ -87,6 +87,10 @@ void SeqOutput::Final(FinishReason finish, const SpecTotals& totals, const Times
   }
   sp->set_predraft_hits(totals.predraft_hits);
   sp->set_predraft_saved_ms(totals.predraft_saved_seconds * 1e3);
+  sp->set_draft_ahead_steps(totals.ahead_steps);
+  sp->set_draft_ahead_hits(totals.ahead_hits);
+  sp->set_draft_ahead_saved_ms(totals.ahead_saved_seconds * 1e3);
+  sp->set_draft_ahead_wait_ms(totals.ahead_wait_seconds * 1e3);
   last.set_seed(g.seed);
   req_->Push(std::move(last));
 }

@@ -24,7 +24,9 @@ SpecPlanner::SpecPlanner(SpecPlannerOptions options)
       check_interval_(options_.check_every),
       next_check_(options_.check_every),
       greedy_(MakeAcceptance(options_.acceptance)),
-      sampling_(MakeAcceptance(options_.acceptance)) {}
+      sampling_(MakeAcceptance(options_.acceptance)) {
+  std::fill(std::begin(draft_share_), std::end(draft_share_), -1.0);
+}
 
 void SpecPlanner::SetVerifyProfile(VerifyCostModel verify) {
   verify_ = std::move(verify);
@@ -143,6 +145,7 @@ absl::StatusOr<ShapePlan> SpecPlanner::CalibratedPlan(absl::Span<const PlanSeque
                                                       double kp, double km) const {
   o.plain_time_scale = kp;
   o.added_time_scale = km;
+  o.draft_time_scale = draft_share(static_cast<int64_t>(batch.size()));
   return PlanShapes(batch, options_.candidates, a, verify_, draft_, o);
 }
 
@@ -197,6 +200,22 @@ void SpecPlanner::ObserveStepRate(int64_t batch, int64_t committed, double wall_
   k = std::clamp(k, kMinFactor, kMaxFactor);
   double& f = time_factor_[speculated ? 1 : 0][Bucket(batch)];
   f = f == 0.0 ? k : options_.calibration_decay * f + (1 - options_.calibration_decay) * k;
+}
+
+void SpecPlanner::ObserveDraftShare(int64_t batch, double share) {
+  if (batch < 1 || !(share >= 0.0)) return;
+  share = std::min(share, 1.0);
+  double& f = draft_share_[Bucket(batch)];
+  f = f < 0.0 ? share : options_.calibration_decay * f + (1 - options_.calibration_decay) * share;
+}
+
+double SpecPlanner::draft_share(int64_t batch) const {
+  const int k = Bucket(batch);
+  for (int d = 0; d < kBuckets; ++d) {
+    if (k + d < kBuckets && draft_share_[k + d] >= 0.0) return draft_share_[k + d];
+    if (k - d >= 0 && draft_share_[k - d] >= 0.0) return draft_share_[k - d];
+  }
+  return 1.0;
 }
 
 void SpecPlanner::ObserveTrees(absl::Span<const TokenTree> trees,

@@ -65,6 +65,17 @@
 // plain steps), so a drafter that keeps losing is retried ever more rarely;
 // the interval returns to check_every as soon as speculation pays again.
 //
+// Draft-ahead (step_machine.h) takes a step's drafting off its critical path
+// when every drafted sequence verifies a candidate the drafter prepared
+// during the previous Verify. The draft model stays the cost of a Draft call
+// (taught by Draft calls and by the draft-ahead calls, which draft the same
+// way); per batch-size bucket the planner also keeps the share of that cost
+// steps still wait for (ObserveDraftShare: the misses' call over the whole
+// batch's, an EMA), and plans under it (PlannerOptions::draft_time_scale),
+// so that a drafter whose next tree is usually ready is charged less for
+// deeper trees. What the candidates' drafting costs the Verify beside it
+// (shared cores) shows in the measured factor km.
+//
 // The UCB bandit's role is the exploration bonus on shape-level acceptance
 // (PlannerOptions::explore): a drafter that looks useless is retried now and
 // then as its discounted counts decay.
@@ -138,6 +149,12 @@ class SpecPlanner {
   // difference is this step's coordinator + RPC overhead).
   void ObserveVerify(const VerifyStepFeatures& f, double forward_seconds, double rpc_seconds);
   void ObserveDraft(const DraftStepFeatures& f, double seconds);
+  // A drafted step of `batch` sequences waited for `share` (in [0, 1]) of its
+  // modelled Draft call (1 without draft-ahead hits; see the header comment).
+  void ObserveDraftShare(int64_t batch, double share);
+  // That share for batches of `batch` (1 until measured; the nearest
+  // measured bucket's otherwise).
+  double draft_share(int64_t batch) const;
   // One planned step as measured: `batch` sequences committed `committed`
   // tokens in `wall_seconds` (draft + verify RPCs); `speculated`: some
   // sequence verified a drafted tree. Teaches the time factors when `batch`
@@ -174,6 +191,7 @@ class SpecPlanner {
   int64_t next_check_ = 0;                // the next check step's planned_
   static constexpr int kBuckets = 12;     // batch 1, 2-3, 4-7, ..., >= 2048
   double time_factor_[2][kBuckets] = {};  // [km?][bucket]; 0: not measured
+  double draft_share_[kBuckets] = {};     // [bucket]; < 0: not measured
   // The last plan's batch size (0: none to learn from), its modelled plain
   // step time and the modelled increment of what it ran over plain.
   int64_t last_batch_ = 0;

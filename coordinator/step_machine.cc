@@ -3,12 +3,10 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/step_machine_seq.h"
 
 namespace treespec {
-namespace {
 
-// The shape truncated so a step never drafts past the token budget: a step
-// emits at most depth + 1 tokens.
 std::optional<TreeShape> CapShape(const TreeShape& shape, int64_t remaining) {
   const int64_t depth = std::min<int64_t>(shape.Depth(), remaining - 1);
   if (depth <= 0) return std::nullopt;
@@ -19,50 +17,12 @@ std::optional<TreeShape> CapShape(const TreeShape& shape, int64_t remaining) {
   return *s;
 }
 
-}  // namespace
-
-struct StepMachine::Seq {
-  enum class Worker { kOpening, kLive, kFailed };
-  enum class Drafter { kNone, kClosed, kOpening, kOpen, kStale };
-
-  std::shared_ptr<RequestState> req;
-  uint64_t id = 0;
-  Worker worker = Worker::kOpening;
-  bool worker_owned = false;  // the worker may hold state under `id`
-  std::vector<int32_t> tokens;  // prompt + committed completion (last = pending)
-  uint64_t worker_step = 1;
-  // Drafter side.
-  Drafter drafter = Drafter::kNone;
-  bool drafter_owned = false;
-  // The Open sent at admission has not returned: the sequence does not step
-  // yet, so that its trees (and a seeded sample) never depend on timing.
-  bool drafter_first_open = false;
-  size_t drafter_consumed = 0;  // tokens the drafter's state has seen
-  size_t drafter_open_len = 0;  // prompt length of the Open in flight
-  uint64_t drafter_step = 1;
-  // A catch-up (PlanCatchUps) is in flight, feeding the drafter up to
-  // catch_up_to tokens; the sequence is not drafted until it returns.
-  bool catching_up = false;
-  size_t catch_up_to = 0;
-  int32_t plain_run = 0;  // consecutive steps without a verified tree
-  Clock::time_point drafter_retry_at;
-  std::optional<UcbBandit> bandit;
-  std::optional<SampledShapeBandit> sampled_bandit;  // sampled "auto"
-  std::optional<TreeShape> planned;   // "auto": this step's shape from the planner
-  std::vector<int32_t> draft_parents;  // the drafted tree's structure
-  // The step in flight and the totals.
-  StepRecord rec;
-  SpecTotals totals;
-  std::unique_ptr<SeqOutput> out;
-  SeqOutput::Times times;
-  bool done = false;
-  SeqTelemetry tel;
-};
-
 StepMachine::StepMachine(StepMachineOptions options)
     : options_(std::move(options)),
       planner_(std::make_unique<SpecPlanner>(
           SpecPlannerOptions{options_.bandit_shapes, options_.planner, {}})) {
+  draft_ahead_ = options_.draft_ahead;
+  draft_ahead_max_batch_ = options_.draft_ahead_max_batch;
   if (options_.verify_profile.has_value()) planner_->SetVerifyProfile(*options_.verify_profile);
   if (options_.draft_profile.has_value()) planner_->SetDraftProfile(*options_.draft_profile);
   sampled_costs_ = StepCostRatios::FromProfiles(options_.verify_profile, options_.draft_profile,
@@ -87,152 +47,6 @@ void StepMachine::Finish(Seq* s, absl::Status status) {
   s->tel.Finish(status);
   s->req->Finish(std::move(status));
   if (options_.on_finish) options_.on_finish();
-}
-
-StepMachine::Admission StepMachine::Admit(std::vector<std::shared_ptr<RequestState>> arrivals,
-                                          Clock::time_point now, bool drafter_may_try,
-                                          bool drafter_reads_features) {
-  Admission a;
-  for (auto& req : arrivals) {
-    absl::Status gone;
-    if (req->cancelled()) {
-      gone = absl::CancelledError("request cancelled while queued");
-    } else if (req->deadline() && now > *req->deadline()) {
-      gone = absl::DeadlineExceededError("deadline passed while queued");
-    }
-    if (!gone.ok()) {
-      req->Finish(std::move(gone));
-      if (options_.on_finish) options_.on_finish();
-      continue;
-    }
-    auto s = std::make_unique<Seq>();
-    s->req = req;
-    s->id = options_.next_sequence_id();
-    s->times.admitted = now;
-    s->tel.Admit(options_.telemetry, *req, now);
-    s->out = std::make_unique<SeqOutput>(req, options_.tokenizer);
-    const GenerationRequest& g = req->request();
-    // A sampled request keeps a per-sequence bandit: its seed must reproduce
-    // its text, and the planner's choices depend on measured times and on
-    // the other sequences (multi-round verification's output depends on the
-    // tree). Its bandit has a plain arm and size-aware rewards with costs
-    // frozen at start-up (sampled_bandit.h), so a useless drafter converges
-    // to plain decoding within a few steps.
-    const bool sampled = g.sampling.temperature > 0;
-    if (g.auto_tree && sampled && !options_.bandit_shapes.empty()) {
-      absl::StatusOr<SampledShapeBandit> b = SampledShapeBandit::Create(
-          options_.bandit_shapes, sampled_costs_, options_.sampled_bandit);
-      if (b.ok()) s->sampled_bandit = std::move(*b);
-    } else if (g.auto_tree && !options_.plan_auto && !options_.bandit_shapes.empty()) {
-      absl::StatusOr<UcbBandit> b = UcbBandit::Create(options_.bandit_shapes, options_.bandit);
-      if (b.ok()) s->bandit = std::move(*b);
-    }
-    a.worker.push_back({s->id, g.prompt, g.sampling, g.seed,
-                        static_cast<int32_t>(g.prompt.size()) + g.max_tokens,
-                        options_.has_drafter && g.drafter != "none"});
-    a.worker_tel.push_back(s->tel);
-    if (options_.has_drafter && g.drafter != "none") {
-      s->drafter = Seq::Drafter::kClosed;
-      if (drafter_may_try) {
-        s->drafter_first_open = true;
-        // A drafter reading the target's features (EAGLE) is opened once the
-        // worker's prefill returned the prompt's (PlanDrafterOpens).
-        if (!drafter_reads_features) {
-          s->drafter = Seq::Drafter::kOpening;
-          s->drafter_open_len = g.prompt.size();
-          a.drafter.push_back({s->id, g.prompt, false});
-          a.drafter_tel.push_back(s->tel);
-        }
-      }
-    }
-    seqs_.push_back(std::move(s));
-  }
-  return a;
-}
-
-void StepMachine::OnWorkerOpened(const std::vector<uint64_t>& ids,
-                                 const absl::StatusOr<std::vector<WorkerOpenReply>>& replies,
-                                 Clock::time_point now) {
-  for (size_t i = 0; i < ids.size(); ++i) {
-    Seq* s = Find(ids[i]);
-    if (s == nullptr) continue;
-    if (!replies.ok()) {
-      // Unknown outcome: the worker may have opened it; the id is ours.
-      s->worker = Seq::Worker::kFailed;
-      s->worker_owned = true;
-      if (!s->done && absl::IsUnavailable(replies.status()) && options_.reroute &&
-          options_.reroute(s->req)) {
-        s->done = true;  // another lane streams it now; Reap releases the id here
-        if (options_.on_finish) options_.on_finish();
-        continue;
-      }
-      Finish(s, absl::UnavailableError(absl::StrCat("worker ", options_.worker_name,
-                                                    " failed: ", replies.status().message())));
-      continue;
-    }
-    const WorkerOpenReply& r = (*replies)[i];
-    if (!r.status.ok()) {
-      s->worker = Seq::Worker::kFailed;  // not opened: nothing of ours to release
-      Finish(s, r.status);
-      continue;
-    }
-    s->worker = Seq::Worker::kLive;
-    s->worker_owned = true;
-    if (s->done) continue;  // cancelled while opening: Reap releases it
-    s->tokens = s->req->request().prompt;
-    s->tokens.push_back(r.first_token);
-    s->times.first_token = now;
-    s->times.last_token = now;
-    const FinishReason f = s->out->Emit({r.first_token});
-    if (f != FinishReason::kNone) {
-      s->out->Final(f, s->totals, s->times);
-      Finish(s, absl::OkStatus());
-    }
-  }
-}
-
-std::vector<DrafterOpenItem> StepMachine::PlanDrafterOpens(Clock::time_point now) {
-  std::vector<DrafterOpenItem> items;
-  for (auto& s : seqs_) {
-    if (s->done || s->worker != Seq::Worker::kLive) continue;
-    if (s->drafter != Seq::Drafter::kClosed && s->drafter != Seq::Drafter::kStale) continue;
-    if (now < s->drafter_retry_at || s->catching_up) continue;
-    const bool stale = s->drafter == Seq::Drafter::kStale;
-    s->drafter = Seq::Drafter::kOpening;
-    s->drafter_open_len = s->tokens.size() - 1;
-    items.push_back({s->id, std::vector<int32_t>(s->tokens.begin(), s->tokens.end() - 1), stale});
-  }
-  return items;
-}
-
-void StepMachine::DrafterUnavailable() {
-  for (auto& s : seqs_) {
-    if (s->drafter == Seq::Drafter::kClosed) s->drafter_first_open = false;
-  }
-}
-
-void StepMachine::OnDrafterOpened(const std::vector<uint64_t>& ids,
-                                  const absl::StatusOr<std::vector<absl::Status>>& replies,
-                                  Clock::time_point now) {
-  for (size_t i = 0; i < ids.size(); ++i) {
-    Seq* s = Find(ids[i]);
-    if (s == nullptr || s->drafter != Seq::Drafter::kOpening) continue;
-    s->drafter_first_open = false;
-    if (!replies.ok()) {
-      s->drafter = Seq::Drafter::kStale;  // unknown outcome; the id is ours
-      s->drafter_owned = true;
-      continue;
-    }
-    if (!(*replies)[i].ok()) {
-      s->drafter = Seq::Drafter::kClosed;  // not opened under our id
-      s->drafter_retry_at = now + options_.drafter_retry;
-      continue;
-    }
-    s->drafter = Seq::Drafter::kOpen;
-    s->drafter_owned = true;
-    s->drafter_consumed = s->drafter_open_len;
-    s->drafter_step = 1;
-  }
 }
 
 std::optional<TreeShape> StepMachine::ChooseShape(Seq* s) {
@@ -291,9 +105,16 @@ void StepMachine::PlanAuto() {
 }
 
 void StepMachine::OnStepTimes(double draft_seconds, double forward_seconds,
-                              double verify_rpc_seconds, double step_seconds) {
+                              double verify_rpc_seconds, double step_seconds,
+                              double draft_rpc_seconds) {
   if (draft_seconds > 0 && step_draft_.levels > 0) planner_->ObserveDraft(step_draft_, draft_seconds);
+  if (draft_rpc_seconds > draft_seconds && draft_seconds > 0) {
+    const double overhead = draft_rpc_seconds - draft_seconds;
+    draft_rpc_overhead_ =
+        draft_rpc_overhead_ > 0 ? 0.9 * draft_rpc_overhead_ + 0.1 * overhead : overhead;
+  }
   if (step_verify_.batch > 0) {
+    if (step_draft_share_ >= 0.0) planner_->ObserveDraftShare(step_verify_.batch, step_draft_share_);
     planner_->ObserveVerify(step_verify_, forward_seconds, verify_rpc_seconds);
     if (step_planned_) {
       planner_->ObserveStepRate(step_verify_.batch, step_committed_, step_seconds,
@@ -304,6 +125,36 @@ void StepMachine::OnStepTimes(double draft_seconds, double forward_seconds,
   step_planned_ = false;
   step_verify_ = {};
   step_draft_ = {};
+  step_draft_share_ = -1.0;
+}
+
+std::optional<DraftItem> StepMachine::DraftItemFor(Seq* s) {
+  const GenerationRequest& g = s->req->request();
+  if (s->drafter == Seq::Drafter::kNone) return std::nullopt;
+  if (s->drafter != Seq::Drafter::kOpen) {
+    s->rec.draft = DraftVerdict::kDrafterUnavailable;
+    return std::nullopt;
+  }
+  if (s->catching_up) return std::nullopt;  // planned plain: PlanAuto left it out
+  const std::optional<TreeShape> chosen = ChooseShape(s);
+  if (!chosen.has_value()) return std::nullopt;
+  // Stats and metrics name the chosen shape; the draft may be cut short.
+  s->rec.tree = chosen->ToString();
+  const std::optional<TreeShape> shape = CapShape(*chosen, g.max_tokens - s->out->counted());
+  if (!shape.has_value()) {
+    s->rec.draft = DraftVerdict::kBudget;
+    return std::nullopt;
+  }
+  DraftItem d;
+  d.id = s->id;
+  d.step = s->drafter_step;
+  d.new_tokens.assign(s->tokens.begin() + s->drafter_consumed, s->tokens.end());
+  d.shape = shape->ToString();
+  d.temperature = g.sampling.temperature;
+  d.seed = g.seed;
+  d.feature_begin = static_cast<int64_t>(s->drafter_consumed) - 1;
+  s->step_shape = d.shape;
+  return d;
 }
 
 std::vector<DraftItem> StepMachine::PlanDrafts() {
@@ -314,81 +165,37 @@ std::vector<DraftItem> StepMachine::PlanDrafts() {
     if (!Stepping(*s)) continue;
     s->rec = StepRecord{};
     s->rec.step = s->worker_step;
+    s->candidate = -1;
   }
   if (options_.plan_auto) PlanAuto();
+  std::vector<Seq*> hits;
+  step_draft_share_ = -1.0;
   for (auto& s : seqs_) {
     if (!Stepping(*s)) continue;
-    const GenerationRequest& g = s->req->request();
-    if (s->drafter == Seq::Drafter::kNone) continue;
-    if (s->drafter != Seq::Drafter::kOpen) {
-      s->rec.draft = DraftVerdict::kDrafterUnavailable;
-      continue;
+    std::optional<DraftItem> d = DraftItemFor(s.get());
+    if (d.has_value()) {
+      // Draft-ahead: a candidate drafted for exactly this request is this
+      // step's tree; otherwise the drafter drafts it now.
+      s->rec.ahead_asked = s->ahead_asked && s->ahead_step == d->step;
+      const int32_t c = MatchCandidate(*s, *d);
+      if (c >= 0) {
+        UseCandidate(s.get(), std::move(*d), c);
+        hits.push_back(s.get());
+      } else {
+        items.push_back(std::move(*d));
+        drafting_.push_back(s->id);
+      }
     }
-    if (s->catching_up) continue;  // planned plain: PlanAuto left it out
-    const std::optional<TreeShape> chosen = ChooseShape(s.get());
-    if (!chosen.has_value()) continue;
-    // Stats and metrics name the chosen shape; the draft may be cut short.
-    s->rec.tree = chosen->ToString();
-    const std::optional<TreeShape> shape = CapShape(*chosen, g.max_tokens - s->out->counted());
-    if (!shape.has_value()) {
-      s->rec.draft = DraftVerdict::kBudget;
-      continue;
-    }
-    DraftItem d;
-    d.id = s->id;
-    d.step = s->drafter_step;
-    d.new_tokens.assign(s->tokens.begin() + s->drafter_consumed, s->tokens.end());
-    d.shape = shape->ToString();
-    d.temperature = g.sampling.temperature;
-    d.seed = g.seed;
-    d.feature_begin = static_cast<int64_t>(s->drafter_consumed) - 1;
-    items.push_back(std::move(d));
-    drafting_.push_back(s->id);
+    // Candidates answer one step only.
+    s->ahead_asked = false;
+    s->ahead.clear();
+  }
+  if (!hits.empty()) {
+    CreditHits(hits, items);
+  } else if (!items.empty()) {
+    step_draft_share_ = 1.0;
   }
   return items;
-}
-
-std::vector<DraftItem> StepMachine::PlanCatchUps() {
-  std::vector<DraftItem> items;
-  if (options_.catch_up_tokens <= 0) return items;
-  for (auto& s : seqs_) {
-    if (!Stepping(*s)) continue;
-    s->plain_run = s->rec.draft == DraftVerdict::kDrafted ? 0 : s->plain_run + 1;
-    if (s->drafter != Seq::Drafter::kOpen || s->catching_up) continue;
-    const GenerationRequest& g = s->req->request();
-    if (g.sampling.temperature > 0 || s->plain_run < options_.catch_up_after_steps) continue;
-    const size_t behind = s->tokens.size() - s->drafter_consumed;
-    if (behind < static_cast<size_t>(options_.catch_up_tokens)) continue;
-    // All but the last token: the next Draft must bring at least one new
-    // token (its root), and the catch-up may return before another step has
-    // committed one (its reply is handled at the top of the next iteration).
-    DraftItem d;
-    d.id = s->id;
-    d.step = s->drafter_step;
-    d.new_tokens.assign(s->tokens.begin() + s->drafter_consumed, s->tokens.end() - 1);
-    d.feature_begin = static_cast<int64_t>(s->drafter_consumed) - 1;
-    d.catch_up = true;
-    items.push_back(std::move(d));
-    s->catching_up = true;
-    s->catch_up_to = s->tokens.size() - 1;
-  }
-  return items;
-}
-
-void StepMachine::OnCaughtUp(const std::vector<uint64_t>& ids,
-                             const absl::StatusOr<std::vector<absl::Status>>& results) {
-  for (size_t i = 0; i < ids.size(); ++i) {
-    Seq* s = Find(ids[i]);
-    if (s == nullptr || !s->catching_up) continue;
-    s->catching_up = false;
-    if (s->done || s->drafter != Seq::Drafter::kOpen) continue;
-    if (!results.ok() || i >= results->size() || !(*results)[i].ok()) {
-      s->drafter = Seq::Drafter::kStale;  // its state is unknown: re-open
-      continue;
-    }
-    s->drafter_step += 1;
-    s->drafter_consumed = s->catch_up_to;
-  }
 }
 
 void StepMachine::ApplyDrafts(const absl::StatusOr<std::vector<DraftReply>>& replies) {
@@ -453,8 +260,9 @@ std::vector<VerifyItem> StepMachine::PlanVerify() {
     if (!drafted) s->rec.nodes = 1;
     if (IsFallback(s->rec.draft)) s->tel.OnFallback(FallbackReason(s->rec.draft));
     if (IsDrafterError(s->rec.draft)) s->tel.OnDrafterError(FallbackReason(s->rec.draft));
+    if (drafted && s->rec.ahead_asked) s->tel.OnDraftAhead(s->rec.ahead_hit, s->rec.ahead_saved_seconds);
     items.push_back({s->id, s->worker_step, s->tokens.back(), drafted,
-                     s->req->request().mode, &s->tel});
+                     drafted ? s->candidate : -1, s->req->request().mode, &s->tel});
     verifying_.push_back(s->id);
     step_planned_ |= s->rec.planned;
     step_verify_.batch += 1;

@@ -11,9 +11,25 @@
 //   PlanDrafts   → one draft item per sequence that gets a tree this step
 //   ApplyDrafts  ← per item: status, node count, root token, validity
 //   PlanVerify   → one verify item per live sequence (drafted or root-only)
+//   PlanAhead    → what goes to the drafter beside the Verify (draft-ahead)
+//   ApplyAhead   ← per commit a status, per ahead item the candidates
 //   ApplyVerify  ← per item: status, committed tokens, accepted count;
 //                  streams tokens, applies stops, updates the bandit
 //   Reap         → the ids to release on the worker and on the drafter
+//
+// Draft-ahead: the drafter hop hidden (DESIGN.md; speculative speculative
+// decoding, arXiv 2603.03251). Beside the Verify of step k, PlanAhead asks the
+// drafter for the trees of each drafted sequence's next drafter step for the
+// most likely outcomes of the tree being verified (AheadItem; the drafter's
+// pre-drafting forks build them). When PlanDrafts of step k+1 finds that a
+// candidate was drafted for exactly the request it would send (same step,
+// new tokens, shape, temperature and seed), the sequence verifies that
+// candidate (VerifyItem::candidate) without a Draft call — a hit — and that
+// step's PlanAhead sends, beside its Verify, the commit that tells the drafter
+// which outcome happened (DraftItem::omit_tree). A miss, a sequence without
+// candidates, or a failed ahead call takes the normal Draft path. Drafters
+// that read the target's features (EAGLE, ReDrafter heads) and the n-gram
+// drafter report no ahead candidates and never take it.
 //
 // Each step fills one StepRecord per sequence (step_record.h) that feeds the
 // request's SpeculationStats, the metrics and the spans.
@@ -116,6 +132,17 @@ struct StepMachineOptions {
   // planner seeds its priors from the first measured step.
   std::optional<VerifyCostModel> verify_profile;
   std::optional<DraftCostModel> draft_profile;
+  // Draft-ahead (see the header comment): candidates asked per sequence
+  // beside each Verify; 0: off (set_draft_ahead changes it, e.g. once the
+  // drafter said how many it gives).
+  int32_t draft_ahead = 0;
+  // Steps with more drafted sequences than this ask for no candidates (0: any
+  // number). The drafter builds every candidate during the Verify: where it
+  // shares cores with the worker that slows the Verify in proportion.
+  int64_t draft_ahead_max_batch = 0;
+  // Also for sampled sequences (temperature > 0), whose bonus token is rarely
+  // guessed (about 2% on the demo models at T 1; greedy 67-87%).
+  bool draft_ahead_sampled = false;
 };
 
 struct WorkerOpenItem {
@@ -147,6 +174,9 @@ struct DraftItem {
   int64_t feature_begin = 0;
   // Consume new_tokens only (PlanCatchUps); `shape` is empty.
   bool catch_up = false;
+  // Draft-ahead commit: the client layer already holds this tree (an ahead
+  // candidate); the drafter commits the step but does not send it back.
+  bool omit_tree = false;
 };
 // What the step machine needs of a drafted tree; the tree itself stays with
 // the client layer (lane_rpc.h) and goes to the worker untouched.
@@ -164,6 +194,9 @@ struct VerifyItem {
   uint64_t step = 0;
   int32_t root = -1;     // the sequence's last token
   bool drafted = false;  // verify the drafter's tree; else a root-only tree
+  // Drafted from draft-ahead: the index of the sequence's ahead candidate
+  // (held by the client layer) to verify; -1: the tree of this step's Draft.
+  int32_t candidate = -1;
   std::optional<VerifyMode> mode;
   SeqTelemetry* tel = nullptr;
 };
@@ -172,6 +205,40 @@ struct VerifyReply {
   std::vector<int32_t> tokens;  // committed: accepted drafts then the bonus
   int32_t num_accepted = 0;
   std::vector<int32_t> accepted_nodes;  // accepted tree nodes, root first
+};
+
+// Draft-ahead: a sequence's next drafter step, asked for beside a Verify.
+struct AheadItem {
+  uint64_t id = 0;
+  uint64_t step = 0;  // the drafter step the candidates are for
+  std::string shape;
+  float temperature = 0;
+  uint64_t seed = 0;
+  int32_t max_candidates = 0;
+};
+// What the machine needs of one candidate; the tree stays with the client
+// layer, like a drafted one.
+struct AheadCandidateInfo {
+  std::vector<int32_t> new_tokens;  // the outcome it assumes (the next Draft's new_tokens)
+  absl::Status tree_status;         // well-formed (checked by the client layer)
+  int64_t num_nodes = 0;
+  int32_t root = -1;
+  std::vector<int32_t> parents;
+};
+struct AheadReply {
+  absl::Status status;  // the drafter's status for this item
+  std::vector<AheadCandidateInfo> candidates;
+};
+// What goes to the drafter beside a Verify, as one Draft call.
+struct AheadPlan {
+  std::vector<DraftItem> commits;  // the candidates this step verifies (omit_tree)
+  std::vector<AheadItem> ahead;
+  bool empty() const { return commits.empty() && ahead.empty(); }
+};
+struct AheadReplies {
+  std::vector<absl::Status> commits;  // one per AheadPlan::commits
+  std::vector<AheadReply> ahead;      // one per AheadPlan::ahead
+  int64_t drafter_ns = 0;             // the drafter's reported time for the call
 };
 
 class StepMachine {
@@ -212,13 +279,27 @@ class StepMachine {
   // `replies`: one per planned item, or the RPC's failure.
   void ApplyDrafts(const absl::StatusOr<std::vector<DraftReply>>& replies);
   std::vector<VerifyItem> PlanVerify();
+  // Draft-ahead, after PlanVerify: the commits of the candidates this step
+  // verifies and the ahead items, for one Draft call beside the Verify.
+  AheadPlan PlanAhead();
+  // Its replies (or the call's failure), before ApplyVerify. `wait_seconds`:
+  // how long the step waited for them after its Verify had returned.
+  void ApplyAhead(const absl::StatusOr<AheadReplies>& replies, double wait_seconds);
   void ApplyVerify(const absl::StatusOr<std::vector<VerifyReply>>& replies);
+  // Draft-ahead's settings now (StepMachineOptions::draft_ahead and
+  // draft_ahead_max_batch), e.g. once the drafter said what it gives.
+  void set_draft_ahead(int32_t max_candidates, int64_t max_batch) {
+    draft_ahead_ = max_candidates;
+    draft_ahead_max_batch_ = max_batch;
+  }
   // Measured times of the step just applied: the Draft call (the drafter's
   // reported time, else the RPC's; 0 when not called), the worker's forward
   // pass, the Verify RPC's wall time and the step's time (draft + verify).
   // Feeds the planner's cost models and its measured check.
+  // `draft_rpc_seconds`: the Draft call's wall time (0 when not called),
+  // for the time draft-ahead hits save.
   void OnStepTimes(double draft_seconds, double forward_seconds, double verify_rpc_seconds,
-                   double step_seconds);
+                   double step_seconds, double draft_rpc_seconds = 0);
   const SpecPlanner& planner() const { return *planner_; }
 
   // ---- drafter catch-up, beside the steps
@@ -264,6 +345,17 @@ class StepMachine {
   void Commit(Seq* s, const VerifyReply& r);
   std::optional<TreeShape> ChooseShape(Seq* s);
   void PlanAuto();
+  // This step's draft request of `s`, or none (its record says why).
+  std::optional<DraftItem> DraftItemFor(Seq* s);
+  // Draft-ahead (step_machine_ahead.cc): the index of `s`'s candidate for
+  // exactly `d`, or -1; UseCandidate makes it this step's tree.
+  int32_t MatchCandidate(const Seq& s, const DraftItem& d) const;
+  void UseCandidate(Seq* s, DraftItem d, int32_t candidate);
+  // The drafting time this step's hits saved (`misses`: the Draft call it
+  // makes), shared among them.
+  void CreditHits(const std::vector<Seq*>& hits, const std::vector<DraftItem>& misses);
+  // What drafting `parents`' tree adds to a call (levels, seq-levels, nodes).
+  void AddDraftFeatures(const std::vector<int32_t>& parents, DraftStepFeatures* f) const;
 
   const StepMachineOptions options_;
   std::vector<std::unique_ptr<Seq>> seqs_;      // in admission order
@@ -274,6 +366,15 @@ class StepMachine {
   DraftStepFeatures step_draft_;
   int64_t step_committed_ = 0;  // tokens committed by the step in flight
   bool step_planned_ = false;   // some sequence of it was planned by "auto"
+  int32_t draft_ahead_ = 0;     // StepMachineOptions::draft_ahead, as set now
+  int64_t draft_ahead_max_batch_ = 0;
+  // The share of this step's modelled Draft call it still waits for (-1:
+  // nothing drafted), for SpecPlanner::ObserveDraftShare.
+  double step_draft_share_ = -1.0;
+  std::vector<uint64_t> committing_, asking_;  // the AheadPlan in flight
+  // EMA of a Draft call's wall time beyond the drafter's reported time (the
+  // RPC round trip a step without a Draft call saves); 0: none measured.
+  double draft_rpc_overhead_ = 0.0;
 };
 
 }  // namespace treespec

@@ -40,7 +40,11 @@ void SpecTotals::Add(const StepRecord& r) {
     last_tree = r.tree;
     predraft_hits += r.predraft_hit;
     predraft_saved_seconds += r.predraft_saved_seconds;
+    ahead_steps += r.ahead_asked;
+    ahead_hits += r.ahead_hit;
+    ahead_saved_seconds += r.ahead_saved_seconds;
   }
+  ahead_wait_seconds += r.ahead_wait_seconds;
   if (r.draft != DraftVerdict::kDrafted) plain_steps += 1;
   if (r.planned) {
     planned_steps += 1;
@@ -48,7 +52,7 @@ void SpecTotals::Add(const StepRecord& r) {
     planned_committed += r.committed;
   }
   if (IsFallback(r.draft)) fallback_steps += 1;
-  if (IsDrafterError(r.draft)) drafter_errors += 1;
+  if (IsDrafterError(r.draft) || r.ahead_commit_failed) drafter_errors += 1;
 }
 
 }  // namespace treespec

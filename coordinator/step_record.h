@@ -46,6 +46,18 @@ struct StepRecord {
   double expected_tokens = 0.0;        // planned: predicted tokens of the step (1 + E[accepted])
   bool predraft_hit = false;           // drafted: the tree was pre-drafted (DraftReply)
   double predraft_saved_seconds = 0.0; // drafted hit: estimated drafting time saved
+  // Draft-ahead (step_machine.h): candidates for this step had been asked
+  // beside the last Verify; one of them was verified (no Draft call for this
+  // sequence); the hit's share of the Draft call time the step saved; and
+  // this step's share of how long it waited for the candidates it asked for
+  // the next step after its Verify had returned.
+  bool ahead_asked = false;
+  bool ahead_hit = false;
+  double ahead_saved_seconds = 0.0;
+  double ahead_wait_seconds = 0.0;
+  // The draft-ahead call beside this step's Verify failed for this sequence's
+  // commit (its drafter state is unknown: a drafter error, not a fallback).
+  bool ahead_commit_failed = false;
 };
 
 // A request's speculative totals, summed from its StepRecords.
@@ -54,7 +66,7 @@ struct SpecTotals {
   int32_t drafted = 0;   // tree nodes below the root, over drafted steps
   int32_t accepted = 0;
   int32_t fallback_steps = 0;
-  int32_t drafter_errors = 0;
+  int32_t drafter_errors = 0;  // ahead commit failures included
   std::string last_tree = "none";  // shape of the last drafted step
   int32_t plain_steps = 0;         // steps verified without a draft tree
   int32_t planned_steps = 0;       // steps whose tree the planner chose
@@ -62,6 +74,10 @@ struct SpecTotals {
   int32_t planned_committed = 0;   // Σ committed tokens over planned steps
   int32_t predraft_hits = 0;       // drafted steps answered from a pre-drafted tree
   double predraft_saved_seconds = 0.0;
+  int32_t ahead_steps = 0;  // drafted steps whose candidates had been asked for
+  int32_t ahead_hits = 0;
+  double ahead_saved_seconds = 0.0;
+  double ahead_wait_seconds = 0.0;
 
   void Add(const StepRecord& r);
   double mean_accepted_length() const {

@@ -87,6 +87,21 @@ CoordinatorTelemetry::CoordinatorTelemetry(MetricsRegistry* r, Tracer* tracer, S
           "Per pre-draft hit, the estimated drafting time saved (the lane's draft cost model's "
           "time for the tree alone minus the drafter's answer time)",
           StepBuckets(), {"drafter"})),
+      draft_ahead_steps(r->AddCounter(
+          "treespec_spec_draft_ahead_steps_total",
+          "Drafted sequence-steps whose candidate trees were asked for beside the previous "
+          "Verify: verified from a candidate without a Draft call (hit) or drafted (miss)",
+          {"drafter", "outcome"})),
+      draft_ahead_saved_seconds(r->AddHistogram(
+          "treespec_spec_draft_ahead_saved_seconds",
+          "Per draft-ahead hit, its share of the Draft call time its step saved (the lane's "
+          "draft cost model, plus the Draft round trip when the step made no Draft call)",
+          StepBuckets(), {"drafter"})),
+      draft_ahead_wait_seconds(r->AddHistogram(
+          "treespec_spec_draft_ahead_wait_seconds",
+          "Per step that asked for draft-ahead candidates, how long it waited for them after "
+          "its Verify returned",
+          StepBuckets(), {"drafter"})),
       lane_rpc_seconds(r->AddHistogram("treespec_lane_rpc_seconds",
                                        "Batched RPC time seen by a lane (prefill, drafter_open, "
                                        "draft, verify)",
@@ -97,7 +112,7 @@ CoordinatorTelemetry::CoordinatorTelemetry(MetricsRegistry* r, Tracer* tracer, S
       registry_(r),
       tracer_(tracer),
       steps_(steps) {
-  for (const char* rpc : {"prefill", "drafter_open", "draft", "verify"}) {
+  for (const char* rpc : {"prefill", "drafter_open", "draft", "verify", "draft_ahead"}) {
     rpc_metrics_[rpc] = {lane_rpc_seconds->WithLabels({rpc}), lane_batch_size->WithLabels({rpc})};
   }
 }

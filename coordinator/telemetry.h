@@ -121,6 +121,14 @@ class CoordinatorTelemetry {
   // drafting time saved (its _sum is the total).
   CounterFamily* const predraft_steps;
   HistogramFamily* const predraft_saved_seconds;
+  // Draft-ahead, per drafter (SpeculationStats.draft_ahead_* defines them):
+  // drafted sequence-steps whose candidates had been asked for, verified
+  // from a candidate without a Draft call ("hit") or drafted normally
+  // ("miss"); per hit its share of the Draft call time the step saved; per
+  // step that asked, how long it waited for the candidates after its Verify.
+  CounterFamily* const draft_ahead_steps;
+  HistogramFamily* const draft_ahead_saved_seconds;
+  HistogramFamily* const draft_ahead_wait_seconds;
   HistogramFamily* const lane_rpc_seconds;
   HistogramFamily* const lane_batch_size;
 

@@ -64,6 +64,34 @@ struct DraftOutcome {
   int64_t answer_ns = 0;
 };
 
+// Draft-ahead (DraftRequest.ahead): the next step's trees of sequence `id`
+// for the most likely outcomes of verifying its last tree, asked for before
+// that outcome is known. Nothing is committed.
+struct AheadSpec {
+  uint64_t id = 0;
+  uint64_t step = 0;  // the sequence's next step
+  TreeShape shape = *TreeShape::Chain(1);
+  float temperature = 0.0f;
+  int32_t top_k = 0;
+  uint64_t seed = 0;
+  int32_t max_candidates = 0;
+};
+
+struct AheadCandidate {
+  // The outcome it assumes: the accepted drafted tokens, then the bonus.
+  std::vector<int32_t> new_tokens;
+  // What Draft of `step` with these new_tokens (and the spec's shape,
+  // temperature, top_k and seed) returns.
+  TokenTree tree;
+};
+
+struct AheadOutcome {
+  uint64_t id = 0;
+  uint64_t step = 0;
+  absl::Status status;
+  std::vector<AheadCandidate> candidates;  // most likely first
+};
+
 struct DrafterStats {
   int64_t num_sequences = 0;
   int64_t slots_free = 0;
@@ -90,6 +118,16 @@ class Drafter {
   virtual int64_t feature_width() const { return 0; }
   virtual std::vector<absl::Status> Open(const std::vector<DrafterOpenSpec>& specs) = 0;
   virtual std::vector<DraftOutcome> Draft(const std::vector<DraftSpec>& specs) = 0;
+  // Draft-ahead: the most candidates one AheadSpec gets; 0 when this
+  // drafter does not draft ahead.
+  virtual int32_t max_ahead_candidates() const { return 0; }
+  // The most sequences of a step worth drafting ahead for (0: any).
+  virtual int64_t max_ahead_batch() const { return 0; }
+  // Drafts `specs` as Draft does (into `drafted`), then answers `ahead`, in
+  // order. Without draft-ahead every ahead item is UNIMPLEMENTED.
+  virtual std::vector<AheadOutcome> DraftAhead(const std::vector<DraftSpec>& specs,
+                                               const std::vector<AheadSpec>& ahead,
+                                               std::vector<DraftOutcome>* drafted);
   virtual int Release(const std::vector<uint64_t>& ids) = 0;
   // Releases every sequence whose lease ran out; returns how many.
   virtual int ReleaseExpired() = 0;
@@ -140,6 +178,10 @@ struct DrafterOptions {
   // mamba drafter at 0.90x-1.15x plain at concurrency 16 and 64 with
   // pre-drafting and 1.10x-1.74x without.
   int64_t predraft_max_batch = 0;
+  // Answer draft-ahead items (DraftRequest.ahead) with up to `predraft`
+  // candidates each; false: report max_ahead_candidates 0, so coordinators
+  // send none.
+  bool draft_ahead = true;
   absl::Status Validate() const;
 };
 

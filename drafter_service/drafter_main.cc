@@ -59,6 +59,12 @@ ABSL_FLAG(bool, predraft_sampled, false,
 ABSL_FLAG(int64_t, predraft_max_batch, -1,
           "Draft calls of more sequences than this start no pre-drafting (0: any size; -1: 4 on "
           "cpu devices, where pre-drafting competes with the worker for cores, 0 otherwise)");
+ABSL_FLAG(int32_t, draft_ahead, -1,
+          "1: answer the coordinator's draft-ahead requests (the next step's trees for the "
+          "--predraft most likely outcomes, asked beside each Verify, so that a matching "
+          "outcome needs no Draft call); 0: coordinators send none; -1: 0 on cpu devices, "
+          "where drafting during the Verify takes the worker's cores and measured no faster "
+          "than pre-drafting (docs/operations.md), 1 otherwise");
 ABSL_FLAG(double, sequence_lease_s, 60,
           "Seconds after its last Open/Draft that a sequence is released (its client is presumed "
           "gone); 0: never");
@@ -140,6 +146,9 @@ int Main() {
   options.predraft = absl::GetFlag(FLAGS_predraft);
   options.predraft_sampled = absl::GetFlag(FLAGS_predraft_sampled);
   options.predraft_max_batch = absl::GetFlag(FLAGS_predraft_max_batch);
+  const int32_t draft_ahead = absl::GetFlag(FLAGS_draft_ahead);
+  options.draft_ahead = draft_ahead < 0 ? !absl::StartsWith(absl::GetFlag(FLAGS_device), "cpu")
+                                        : draft_ahead > 0;
   if (options.predraft_max_batch < 0) {
     options.predraft_max_batch = absl::StartsWith(absl::GetFlag(FLAGS_device), "cpu") ? 4 : 0;
   }

@@ -32,61 +32,117 @@ grpc::Status DrafterService::Open(grpc::ServerContext*, const v1::DrafterOpenReq
   return grpc::Status::OK;
 }
 
+namespace {
+
+// DraftSequence -> DraftSpec; a malformed field gives `bad` (the spec is then
+// not drafted).
+DraftSpec SpecOf(const v1::DraftSequence& s, absl::Status* bad) {
+  DraftSpec spec;
+  spec.id = s.sequence_id();
+  spec.step = s.step();
+  spec.new_tokens.assign(s.new_tokens().begin(), s.new_tokens().end());
+  spec.catch_up = s.catch_up();
+  absl::StatusOr<TreeShape> shape = spec.catch_up ? TreeShape::Chain(1) : TreeShape::Parse(s.tree());
+  if (shape.ok()) {
+    spec.shape = *shape;
+  } else {
+    *bad = shape.status();
+  }
+  spec.temperature = s.temperature();
+  spec.top_k = s.top_k();
+  spec.seed = s.seed();
+  if (bad->ok()) *bad = FromProto(s.features(), "features", &spec.features);
+  return spec;
+}
+
+AheadSpec AheadOf(const v1::AheadSequence& a, absl::Status* bad) {
+  AheadSpec spec;
+  spec.id = a.sequence_id();
+  spec.step = a.step();
+  absl::StatusOr<TreeShape> shape = TreeShape::Parse(a.tree());
+  if (shape.ok()) {
+    spec.shape = *shape;
+  } else {
+    *bad = shape.status();
+  }
+  spec.temperature = a.temperature();
+  spec.top_k = a.top_k();
+  spec.seed = a.seed();
+  spec.max_candidates = a.max_candidates();
+  return spec;
+}
+
+int64_t NsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+      .count();
+}
+
+}  // namespace
+
 grpc::Status DrafterService::Draft(grpc::ServerContext*, const v1::DraftRequest* req,
                                    v1::DraftResponse* resp) {
   if (debug_draft_delay_.count() > 0) std::this_thread::sleep_for(debug_draft_delay_);
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<DraftSpec> specs;
+  // Items with a malformed field are answered without drafting.
   std::vector<absl::Status> bad(req->sequences_size());
-  for (int i = 0; i < req->sequences_size(); ++i) {
-    const v1::DraftSequence& s = req->sequences(i);
-    DraftSpec spec;
-    spec.id = s.sequence_id();
-    spec.step = s.step();
-    spec.new_tokens.assign(s.new_tokens().begin(), s.new_tokens().end());
-    spec.catch_up = s.catch_up();
-    absl::StatusOr<TreeShape> shape =
-        spec.catch_up ? TreeShape::Chain(1) : TreeShape::Parse(s.tree());
-    if (shape.ok()) {
-      spec.shape = *shape;
-    } else {
-      bad[i] = shape.status();
-      spec.shape = *TreeShape::Chain(1);
-    }
-    spec.temperature = s.temperature();
-    spec.top_k = s.top_k();
-    spec.seed = s.seed();
-    if (bad[i].ok()) bad[i] = FromProto(s.features(), "features", &spec.features);
-    specs.push_back(std::move(spec));
-  }
-  // Sequences with a malformed shape are answered without drafting.
   std::vector<DraftSpec> good;
   std::vector<int> good_index;
-  for (int i = 0; i < static_cast<int>(specs.size()); ++i) {
-    if (bad[i].ok()) {
-      good.push_back(specs[i]);
-      good_index.push_back(i);
-    }
+  for (int i = 0; i < req->sequences_size(); ++i) {
+    DraftSpec spec = SpecOf(req->sequences(i), &bad[i]);
+    if (!bad[i].ok()) continue;
+    good.push_back(std::move(spec));
+    good_index.push_back(i);
   }
-  std::vector<DraftOutcome> out = drafter_->Draft(good);
-  std::vector<const DraftOutcome*> by_index(specs.size(), nullptr);
+  std::vector<absl::Status> bad_ahead(req->ahead_size());
+  std::vector<AheadSpec> ahead;
+  std::vector<int> ahead_index;
+  for (int i = 0; i < req->ahead_size(); ++i) {
+    AheadSpec spec = AheadOf(req->ahead(i), &bad_ahead[i]);
+    if (!bad_ahead[i].ok()) continue;
+    ahead.push_back(std::move(spec));
+    ahead_index.push_back(i);
+  }
+  std::vector<DraftOutcome> out;
+  std::vector<AheadOutcome> ahead_out;
+  if (ahead.empty()) {
+    out = drafter_->Draft(good);
+  } else {
+    ahead_out = drafter_->DraftAhead(good, ahead, &out);
+  }
+  const int64_t drafted_ns = NsSince(t0);
+  std::vector<const DraftOutcome*> by_index(req->sequences_size(), nullptr);
   for (size_t g = 0; g < out.size(); ++g) by_index[good_index[g]] = &out[g];
-  for (size_t i = 0; i < specs.size(); ++i) {
+  for (int i = 0; i < req->sequences_size(); ++i) {
+    const v1::DraftSequence& s = req->sequences(i);
     v1::DraftResult* r = resp->add_results();
-    r->set_sequence_id(specs[i].id);
-    r->set_step(specs[i].step);
-    if (by_index[i] == nullptr) {
+    r->set_sequence_id(s.sequence_id());
+    r->set_step(s.step());
+    const DraftOutcome* o = by_index[i];
+    if (o == nullptr) {
       ToProto(bad[i], r->mutable_status());
       continue;
     }
-    ToProto(by_index[i]->status, r->mutable_status());
-    if (by_index[i]->status.ok()) ToProto(by_index[i]->tree, r->mutable_tree());
-    r->set_predraft_hit(by_index[i]->is_predraft_hit);
-    r->set_answer_ns(by_index[i]->answer_ns);
+    ToProto(o->status, r->mutable_status());
+    if (o->status.ok() && !s.omit_tree()) ToProto(o->tree, r->mutable_tree());
+    r->set_predraft_hit(o->is_predraft_hit);
+    r->set_answer_ns(o->answer_ns);
   }
-  resp->set_draft_ns(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                         std::chrono::steady_clock::now() - t0)
-                         .count());
+  std::vector<const AheadOutcome*> ahead_by_index(req->ahead_size(), nullptr);
+  for (size_t g = 0; g < ahead_out.size(); ++g) ahead_by_index[ahead_index[g]] = &ahead_out[g];
+  for (int i = 0; i < req->ahead_size(); ++i) {
+    v1::AheadResult* r = resp->add_ahead();
+    r->set_sequence_id(req->ahead(i).sequence_id());
+    r->set_step(req->ahead(i).step());
+    const AheadOutcome* o = ahead_by_index[i];
+    ToProto(o == nullptr ? bad_ahead[i] : o->status, r->mutable_status());
+    if (o == nullptr) continue;
+    for (const AheadCandidate& c : o->candidates) {
+      v1::AheadCandidate* pc = r->add_candidates();
+      pc->mutable_new_tokens()->Assign(c.new_tokens.begin(), c.new_tokens.end());
+      ToProto(c.tree, pc->mutable_tree());
+    }
+  }
+  resp->set_draft_ns(drafted_ns);
   return grpc::Status::OK;
 }
 
@@ -109,6 +165,8 @@ grpc::Status DrafterService::GetDrafterInfo(grpc::ServerContext*, const v1::GetD
   resp->set_predraft_hits(s.predraft_hits - baseline_.predraft_hits);
   resp->set_predraft_misses(s.predraft_misses - baseline_.predraft_misses);
   resp->set_predraft_unprepared(s.predraft_unprepared - baseline_.predraft_unprepared);
+  resp->set_max_ahead_candidates(drafter_->max_ahead_candidates());
+  resp->set_max_ahead_batch(drafter_->max_ahead_batch());
   *resp->mutable_draft_cost() = draft_cost_;
   for (int32_t l : drafter_->feature_layers()) resp->add_feature_layers(l);
   return grpc::Status::OK;

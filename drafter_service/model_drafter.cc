@@ -10,7 +10,11 @@ namespace {
 
 constexpr int64_t kBlockSize = 16;
 
-const char* KindFor(ModelKind kind) { return kind == ModelKind::kMamba ? "mamba" : "transformer"; }
+// A Mamba-2 model drafts as a mamba drafter (recurrent, no context limit); a
+// hybrid with attention layers has a KV cache, as a transformer drafter does.
+const char* KindFor(ModelKind kind) {
+  return kind == ModelKind::kMamba || kind == ModelKind::kMamba2 ? "mamba" : "transformer";
+}
 
 }  // namespace
 

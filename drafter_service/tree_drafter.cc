@@ -42,14 +42,13 @@ std::vector<int32_t> ChooseChildren(const float* logits, int64_t vocab, int n, c
 
 bool NoneWaiting(std::atomic<int>* waiting) { return waiting->load() == 0; }
 
-// The request a prepared tree was drafted for, field by field.
-bool SameRequest(const DraftSpec& a, const DraftSpec& b) {
+}  // namespace
+
+bool TreeDrafter::SameRequest(const DraftSpec& a, const DraftSpec& b) {
   return a.id == b.id && a.step == b.step && a.new_tokens == b.new_tokens && a.shape == b.shape &&
          a.temperature == b.temperature && a.top_k == b.top_k && a.seed == b.seed &&
          a.catch_up == b.catch_up;
 }
-
-}  // namespace
 
 absl::Status DrafterOptions::Validate() const {
   const bool eagle = kind == "eagle" || kind == "eagle3" || kind == "redrafter";
@@ -309,6 +308,37 @@ bool TreeDrafter::BuildTrees(std::vector<Build>* builds, bool preemptible) {
 std::vector<DraftOutcome> TreeDrafter::Draft(const std::vector<DraftSpec>& specs) {
   const absl::Time t0 = absl::Now();
   ForegroundLock lock(this);
+  return DraftLocked(specs, t0);
+}
+
+bool TreeDrafter::TakePrepared(const DraftSpec& s, SeqState* state, DraftOutcome* o) {
+  auto hit = std::find_if(state->prepared.begin(), state->prepared.end(),
+                          [&](const Prepared& p) { return SameRequest(p.spec, s); });
+  if (hit == state->prepared.end()) {
+    ++(state->prepared.empty() ? unprepared_ : misses_);
+    DropPrepared(state);
+    return false;
+  }
+  Prepared p = std::move(*hit);
+  state->prepared.erase(hit);
+  AdoptPrepared(s, state, std::move(p), o);
+  return true;
+}
+
+void TreeDrafter::AdoptPrepared(const DraftSpec& s, SeqState* state, Prepared p, DraftOutcome* o) {
+  AdoptSequence(p.fork_id, s.id);
+  DropPrepared(state);
+  state->last_tree = p.tree;
+  state->last_node_logits = std::move(p.node_logits);
+  state->has_outcomes = false;
+  seqs_.AdvanceStep(s.id);
+  o->tree = std::move(p.tree);
+  o->is_predraft_hit = true;
+  ++hits_;
+}
+
+std::vector<DraftOutcome> TreeDrafter::DraftLocked(const std::vector<DraftSpec>& specs,
+                                                   absl::Time t0) {
   const bool predraft = options_.predraft > 0;
   // A call of catch-ups only (sent beside the step loop) leaves the
   // pre-drafting of the last step's trees going, but for its own sequences.
@@ -324,7 +354,7 @@ std::vector<DraftOutcome> TreeDrafter::Draft(const std::vector<DraftSpec>& specs
       return std::any_of(specs.begin(), specs.end(), [&](const DraftSpec& s) { return s.id == p.id; });
     };
     pending_.erase(std::remove_if(pending_.begin(), pending_.end(), caught_up), pending_.end());
-  } else {
+  } else if (!specs.empty()) {
     pending_.clear();
     pending_round_ = 0;
   }
@@ -345,27 +375,10 @@ std::vector<DraftOutcome> TreeDrafter::Draft(const std::vector<DraftSpec>& specs
     state_of[s.id] = state;
     if (s.catch_up) {
       DropPrepared(state);  // trees for outcomes of a tree it never used
-    } else if (predraft) {
-      auto hit = std::find_if(state->prepared.begin(), state->prepared.end(),
-                              [&](const Prepared& p) { return SameRequest(p.spec, s); });
-      if (hit != state->prepared.end()) {
-        AdoptSequence(hit->fork_id, s.id);
-        Prepared p = std::move(*hit);
-        state->prepared.erase(hit);
-        DropPrepared(state);
-        state->last_tree = p.tree;
-        seqs_.AdvanceStep(s.id);
-        o.tree = std::move(p.tree);
-        o.is_predraft_hit = true;
-        o.answer_ns = absl::ToInt64Nanoseconds(absl::Now() - t0);
-        ++hits_;
-        if (seed && WantsPredraft(s)) {
-          seeds.push_back({s.id, s, o.tree, std::move(p.node_logits), {}});
-        }
-        continue;
-      }
-      ++(state->prepared.empty() ? unprepared_ : misses_);
-      DropPrepared(state);
+    } else if (predraft && TakePrepared(s, state, &o)) {
+      o.answer_ns = absl::ToInt64Nanoseconds(absl::Now() - t0);
+      if (seed && WantsPredraft(s)) seeds.push_back({s.id, s});
+      continue;
     }
     Build b;
     b.model_id = s.id;
@@ -388,13 +401,14 @@ std::vector<DraftOutcome> TreeDrafter::Draft(const std::vector<DraftSpec>& specs
       continue;
     }
     st.last_tree = b.tree;
+    st.has_outcomes = false;
+    st.last_node_logits.clear();
+    if (predraft && !b.spec->catch_up) st.last_node_logits = std::move(b.node_logits);
     seqs_.AdvanceStep(o.id);
     o.tree = std::move(b.tree);
-    if (seed && !b.spec->catch_up && WantsPredraft(*b.spec)) {
-      seeds.push_back({o.id, *b.spec, o.tree, std::move(b.node_logits), {}});
-    }
+    if (seed && !b.spec->catch_up && WantsPredraft(*b.spec)) seeds.push_back({o.id, *b.spec});
   }
-  if (!catch_up_only) pending_ = std::move(seeds);
+  if (!catch_up_only && !specs.empty()) pending_ = std::move(seeds);
   return out;
 }
 

@@ -24,6 +24,14 @@
 // Otherwise the forks are dropped and the draft runs normally. A real call
 // preempts background work between levels (the round in flight is dropped).
 //
+// Draft-ahead (DraftAhead; DraftRequest.ahead): the coordinator asks for the
+// next step's trees of the most likely outcomes itself, beside the Verify of
+// the last tree, instead of sending the next Draft after it. The same forks
+// and the same BuildTrees produce them (in the foreground, all ranks of all
+// items as one batch, reusing what the background already prepared), they
+// stay prepared, and the commit that follows (a Draft whose new_tokens are the
+// outcome that happened) adopts the matching fork as any pre-draft hit does.
+//
 // Prefill never stalls live streams (issue 10 point 3): Open feeds prompts in
 // chunks of at most DrafterOptions::prefill_chunk_tokens and releases the
 // mutex between chunks, letting waiting Draft calls go first, so a live
@@ -57,6 +65,13 @@ class TreeDrafter : public Drafter {
  public:
   std::vector<absl::Status> Open(const std::vector<DrafterOpenSpec>& specs) override;
   std::vector<DraftOutcome> Draft(const std::vector<DraftSpec>& specs) override;
+  int32_t max_ahead_candidates() const override {
+    return options_.draft_ahead ? options_.predraft : 0;
+  }
+  int64_t max_ahead_batch() const override { return options_.predraft_max_batch; }
+  std::vector<AheadOutcome> DraftAhead(const std::vector<DraftSpec>& specs,
+                                       const std::vector<AheadSpec>& ahead,
+                                       std::vector<DraftOutcome>* drafted) override;
   int Release(const std::vector<uint64_t>& ids) override;
   int ReleaseExpired() override;
   DrafterStats Stats() const override;
@@ -140,6 +155,14 @@ class TreeDrafter : public Drafter {
   };
   struct SeqState {
     TokenTree last_tree;  // empty before the first draft
+    // With pre-drafting: the drafter's next-token logits after every node of
+    // last_tree [num_nodes][V], and its outcomes ranked (PredictOutcomes,
+    // options_.predraft of them; computed on first use). num_nodes x V x 4
+    // bytes per sequence (512 KB for 64 nodes of the demo's 2048 tokens,
+    // 8 MB for a 32k vocabulary), as each prepared fork holds its own.
+    std::vector<std::vector<float>> last_node_logits;
+    std::vector<PredictedOutcome> outcomes;
+    bool has_outcomes = false;
     // Set when a failure left the model state part-advanced: every later
     // Draft fails with FAILED_PRECONDITION until the caller reopens it.
     bool broken = false;
@@ -163,13 +186,18 @@ class TreeDrafter : public Drafter {
     TokenTree tree;
     std::vector<std::vector<float>> node_logits;
   };
-  // What the background thread pre-drafts from: the answered trees.
+  // What the background thread pre-drafts from: an answered request (its
+  // tree and logits are the sequence's last_tree and last_node_logits while
+  // its step is the last one).
   struct PredraftSeed {
     uint64_t id;
-    DraftSpec spec;  // the answered request
-    TokenTree tree;
-    std::vector<std::vector<float>> node_logits;
-    std::vector<PredictedOutcome> outcomes;  // filled at round 0
+    DraftSpec spec;
+  };
+  // A guessed next request of sequence `spec.id` for the outcome whose
+  // accepted path in its last tree is `path` (root first).
+  struct Guess {
+    DraftSpec spec;
+    std::vector<int32_t> path;
   };
 
   // Open's steps: check and insert hidden (statuses to `out`); feed the
@@ -201,8 +229,36 @@ class TreeDrafter : public Drafter {
    private:
     const TreeDrafter* d_;
   };
+  // The request a prepared tree was drafted for, field by field.
+  static bool SameRequest(const DraftSpec& a, const DraftSpec& b);
   // Frees a sequence's prepared forks.
   void DropPrepared(SeqState* state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Draft's body, with mu_ held; `t0`: the call's arrival.
+  std::vector<DraftOutcome> DraftLocked(const std::vector<DraftSpec>& specs, absl::Time t0)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A prepared tree for exactly `s`: adopted into `*o` (true); otherwise the
+  // sequence's prepared forks are dropped (a miss, or none prepared).
+  bool TakePrepared(const DraftSpec& s, SeqState* state, DraftOutcome* o)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A hit: `p` (a prepared fork of `s.id`) becomes the sequence's state.
+  void AdoptPrepared(const DraftSpec& s, SeqState* state, Prepared p, DraftOutcome* o)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The ranked outcomes of `state`'s last tree (computed once per tree).
+  const std::vector<PredictedOutcome>& Outcomes(const DraftSpec& spec, SeqState* state)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The next request of `spec`'s sequence if outcome `oc` happens.
+  static Guess GuessOf(const DraftSpec& spec, const TokenTree& tree, const PredictedOutcome& oc);
+  // Forks and drafts `guesses` as one batch; each tree built joins its
+  // sequence's prepared list. Returns false (nothing kept) when
+  // `preemptible` and a public call started waiting.
+  bool PrepareGuesses(std::vector<Guess>* guesses, bool preemptible)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One ahead item: checks it, then fills `guesses` with the ranks not
+  // prepared yet (dropping prepared trees of other guesses).
+  absl::Status PlanAhead(const AheadSpec& a, std::vector<Guess>* guesses)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The prepared trees of an ahead item's guesses, in rank order.
+  void CollectAhead(const AheadSpec& a, AheadOutcome* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Pre-drafting thread: one round (one outcome rank of every pending seed)
   // per hold of mu_.
   void PredraftLoop();

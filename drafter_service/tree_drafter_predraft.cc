@@ -51,64 +51,85 @@ void TreeDrafter::PredraftLoop() {
   }
 }
 
-void TreeDrafter::RunPredraftRound() {
-  const int round = pending_round_;
-  // Per pending seed still waiting for this step: its outcome of this rank.
-  std::vector<DraftSpec> guesses;  // the next request if the outcome happens
-  std::vector<std::vector<int32_t>> bonus;
-  std::vector<uint64_t> owners;
-  guesses.reserve(pending_.size());
-  bonus.reserve(pending_.size());
-  const TokenTree empty;
-  std::vector<Build> builds;
-  for (PredraftSeed& seed : pending_) {
-    // Find would renew the lease: background work must not keep a sequence.
-    const SeqState* state = seqs_.IsVisible(seed.id) ? seqs_.FindAny(seed.id) : nullptr;
-    if (state == nullptr || state->broken || !seqs_.CheckStep(seed.id, seed.spec.step + 1, "", "").ok()) {
-      continue;
-    }
-    if (round == 0 && seed.outcomes.empty()) {
-      // Ranking is O(nodes * V) per sequence: yield to a waiting call first.
-      if (num_foreground_.load() > 0) break;
-      seed.outcomes = PredictOutcomes(seed.tree, seed.node_logits, seed.spec.temperature,
+const std::vector<PredictedOutcome>& TreeDrafter::Outcomes(const DraftSpec& spec, SeqState* state) {
+  if (!state->has_outcomes) {
+    state->outcomes = PredictOutcomes(state->last_tree, state->last_node_logits, spec.temperature,
                                       options_.predraft);
-    }
-    if (round >= static_cast<int>(seed.outcomes.size())) continue;
-    const PredictedOutcome& oc = seed.outcomes[round];
-    DraftSpec g = seed.spec;
-    ++g.step;
-    g.new_tokens.clear();
-    for (size_t k = 1; k < oc.path.size(); ++k) g.new_tokens.push_back(seed.tree.tokens[oc.path[k]]);
-    g.new_tokens.push_back(oc.bonus);
+    state->has_outcomes = true;
+  }
+  return state->outcomes;
+}
+
+TreeDrafter::Guess TreeDrafter::GuessOf(const DraftSpec& spec, const TokenTree& tree,
+                                        const PredictedOutcome& oc) {
+  Guess g{spec, oc.path};
+  ++g.spec.step;
+  g.spec.new_tokens.clear();
+  for (size_t k = 1; k < oc.path.size(); ++k) g.spec.new_tokens.push_back(tree.tokens[oc.path[k]]);
+  g.spec.new_tokens.push_back(oc.bonus);
+  g.spec.features.clear();
+  g.spec.catch_up = false;
+  return g;
+}
+
+bool TreeDrafter::PrepareGuesses(std::vector<Guess>* guesses, bool preemptible) {
+  std::vector<Build> builds;
+  std::vector<const Guess*> built;
+  std::vector<std::vector<int32_t>> bonus;  // each fork's one new token
+  bonus.reserve(guesses->size());
+  const TokenTree empty;
+  for (const Guess& g : *guesses) {
     const uint64_t fork_id = next_fork_id_++;
-    if (!ForkSequence(seed.id, oc.path, fork_id).ok()) continue;
-    guesses.push_back(std::move(g));
-    bonus.push_back({oc.bonus});
-    owners.push_back(seed.id);
+    if (!ForkSequence(g.spec.id, g.path, fork_id).ok()) continue;
+    bonus.push_back({g.spec.new_tokens.back()});
     Build b;
     b.model_id = fork_id;
+    b.spec = &g.spec;
+    b.last_tree = &empty;
+    b.new_tokens = &bonus.back();
     builds.push_back(std::move(b));
+    built.push_back(&g);
   }
-  // Pointers into guesses / bonus are stable now that they are complete.
-  for (size_t k = 0; k < builds.size(); ++k) {
-    builds[k].spec = &guesses[k];
-    builds[k].last_tree = &empty;
-    builds[k].new_tokens = &bonus[k];
-  }
-  const bool done = num_foreground_.load() == 0 && BuildTrees(&builds, /*preemptible=*/true);
+  const bool done = !(preemptible && num_foreground_.load() > 0) &&
+                    BuildTrees(&builds, preemptible);
   for (size_t k = 0; k < builds.size(); ++k) {
     Build& b = builds[k];
-    SeqState* state = seqs_.FindAny(owners[k]);
+    SeqState* state = seqs_.FindAny(built[k]->spec.id);
     if (!done || !b.status.ok() || state == nullptr) {
       ReleaseSequence(b.model_id);
       continue;
     }
     state->prepared.push_back(
-        {std::move(guesses[k]), b.model_id, std::move(b.tree), std::move(b.node_logits)});
+        {built[k]->spec, b.model_id, std::move(b.tree), std::move(b.node_logits)});
   }
+  return done;
+}
+
+void TreeDrafter::RunPredraftRound() {
+  const int round = pending_round_;
+  // Per pending seed still waiting for this step: its outcome of this rank.
+  std::vector<Guess> guesses;
+  bool any = false;  // some seed has an outcome of this rank
+  for (const PredraftSeed& seed : pending_) {
+    // Find would renew the lease: background work must not keep a sequence.
+    SeqState* state = seqs_.IsVisible(seed.id) ? seqs_.FindAny(seed.id) : nullptr;
+    if (state == nullptr || state->broken || !seqs_.CheckStep(seed.id, seed.spec.step + 1, "", "").ok()) {
+      continue;
+    }
+    // Ranking is O(nodes * V) per sequence: yield to a waiting call first.
+    if (!state->has_outcomes && num_foreground_.load() > 0) break;
+    const std::vector<PredictedOutcome>& outcomes = Outcomes(seed.spec, state);
+    if (round >= static_cast<int>(outcomes.size())) continue;
+    any = true;
+    Guess g = GuessOf(seed.spec, state->last_tree, outcomes[round]);
+    const bool prepared = std::any_of(state->prepared.begin(), state->prepared.end(),
+                                      [&](const Prepared& p) { return SameRequest(p.spec, g.spec); });
+    if (!prepared) guesses.push_back(std::move(g));
+  }
+  const bool done = PrepareGuesses(&guesses, /*preemptible=*/true);
   // A preempted round is retried unless the next Draft replaced the seeds.
   if (!done) return;
-  if (++pending_round_ >= options_.predraft || builds.empty()) {
+  if (++pending_round_ >= options_.predraft || !any) {
     pending_.clear();
     pending_round_ = 0;
   }

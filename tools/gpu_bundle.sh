@@ -2,7 +2,8 @@
 # Builds the GPU test binaries and gpu_bench here (sm_90, Release) and packs
 # them into .gpu/ (ignored by git) for tools/gpu_check.sh on a GPU machine
 # that may lack the Debian -dev packages:
-#   .gpu/bin       backend_ops_test, cuda_model_test, gpu_bench (stripped)
+#   .gpu/bin       backend_ops_test, ssm_tree_ops_test, cuda_model_test, gpu_bench,
+#                  stree_bench (stripped)
 #   .gpu/lib       every shared library they need that a CUDA image does not
 #                  already have (abseil, OpenBLAS, gloo, sentencepiece, ...)
 #   .gpu/fixtures  the tiny fixture models (tests/fixtures/models)
@@ -17,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD="${BUILD_DIR:-build-gpu}"
 DEST=.gpu
-TARGETS=(backend_ops_test cuda_model_test gpu_bench)
+TARGETS=(backend_ops_test ssm_tree_ops_test cuda_model_test gpu_bench stree_bench)
 LIMIT_MB=50
 
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTREESPEC_CUDA=ON \

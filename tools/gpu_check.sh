@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
-# GPU check for the CUDA backend: runs the GPU tests (with a pass/fail
-# summary), compute-sanitizer memcheck / racecheck of the op tests, then
-# gpu_bench, and prints the benchmark tables last. Meant for a GPU machine;
-# keeps to ~8 minutes on an H100.
+# GPU check for the CUDA backend: runs the GPU tests (backend_ops_test,
+# ssm_tree_ops_test, cuda_model_test; with a pass/fail summary),
+# compute-sanitizer memcheck / racecheck of the op tests, then gpu_bench and
+# a short stree_bench (tree scan vs unrolled verification, paper 001 §5.1),
+# and prints the benchmark tables last. Meant for a GPU machine;
+# keeps to ~10 minutes on an H100.
 #
 # Usage:
 #   tools/gpu_check.sh .gpu        prebuilt bundle from tools/gpu_bundle.sh
 #                                  (bin/, lib/ -> LD_LIBRARY_PATH, fixtures/)
-#   tools/gpu_check.sh DIR         any directory holding the three binaries
+#   tools/gpu_check.sh DIR         any directory holding the five binaries
 #   tools/gpu_check.sh             builds them here first (needs the -dev
 #                                  packages: cmake -DTREESPEC_CUDA=ON
 #                                  -DCMAKE_CUDA_ARCHITECTURES=90 into build-gpu)
 # Environment: GPU_CHECK_SANITIZE=0 skips compute-sanitizer (memcheck of the
-# f16 op tests, racecheck of the attention test; run last, within
-# GPU_CHECK_BUDGET seconds overall, default 480); BENCH_ARGS are passed to
-# gpu_bench; logs go to $OUT/gpu_check (if OUT is set) or /tmp/gpu_check.
+# f16 op tests (backend_ops_test, then ssm_tree_ops_test), racecheck of the
+# attention test; run last, within
+# GPU_CHECK_BUDGET seconds overall, default 600); BENCH_ARGS are passed to
+# gpu_bench, STREE_ARGS replace stree_bench's short run's arguments; logs go
+# to $OUT/gpu_check (if OUT is set) or /tmp/gpu_check.
 # Exit status: 0 when every test passed and the benchmark ran.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,11 +42,13 @@ else
   say "building (cmake -DTREESPEC_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90) into $ROOT/build-gpu"
   cmake -S "$ROOT" -B "$ROOT/build-gpu" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTREESPEC_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=90 >"$LOGS/build.log" 2>&1 &&
-  ninja -C "$ROOT/build-gpu" backend_ops_test cuda_model_test gpu_bench >>"$LOGS/build.log" 2>&1 ||
+  ninja -C "$ROOT/build-gpu" backend_ops_test ssm_tree_ops_test cuda_model_test gpu_bench stree_bench \
+    >>"$LOGS/build.log" 2>&1 ||
     { tail -30 "$LOGS/build.log"; say "BUILD FAILED"; exit 1; }
   BIN="$ROOT/build-gpu/bin"
   mkdir -p "$BIN"
-  cp -f "$ROOT/build-gpu/tests/backend_ops_test" "$ROOT/build-gpu/tests/cuda_model_test" "$BIN/" 2>/dev/null
+  cp -f "$ROOT/build-gpu/tests/backend_ops_test" "$ROOT/build-gpu/tests/ssm_tree_ops_test" \
+    "$ROOT/build-gpu/tests/cuda_model_test" "$BIN/" 2>/dev/null
 fi
 : "${TREESPEC_FIXTURES:=$ROOT/tests/fixtures/models}"
 export TREESPEC_FIXTURES
@@ -58,7 +64,7 @@ for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13; do
     fi
   fi
 done
-missing=$(for b in backend_ops_test cuda_model_test gpu_bench; do ldd "$BIN/$b" 2>&1 | grep "not found"; done | sort -u)
+missing=$(for b in backend_ops_test ssm_tree_ops_test cuda_model_test gpu_bench stree_bench; do ldd "$BIN/$b" 2>&1 | grep "not found"; done | sort -u)
 if [ -n "$missing" ]; then
   echo "$missing"
   say "MISSING SHARED LIBRARIES (above); LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
@@ -86,15 +92,34 @@ run_tests() {  # name, timeout, args...
 }
 
 run_tests backend_ops_test 150
+run_tests ssm_tree_ops_test 90
 run_tests cuda_model_test 150
-grep -h '^\[ measured \]' "$LOGS/cuda_model_test.log" > "$LOGS/measured.txt" 2>/dev/null
+grep -h '^\[ measured \]' "$LOGS/cuda_model_test.log" "$LOGS/ssm_tree_ops_test.log" \
+  > "$LOGS/measured.txt" 2>/dev/null
 
 say "running gpu_bench ${BENCH_ARGS:-}"
 timeout 240 "$BIN/gpu_bench" ${BENCH_ARGS:-} >"$LOGS/gpu_bench.log" 2>&1
 BENCH_RC=$?
 
+# stree_bench, short: both methods on the 130M-class shapes first (tables
+# print per model, so a timeout keeps the finished ones), then the demo
+# shapes; the paper's binary trees and two drafter shapes. It also checks
+# that the two agree (within --tolerance on the GPU) and exits non-zero
+# otherwise (3: they disagree).
+STREE_DEFAULT=(--device cuda --models mamba2-130m,bamba-136m,mamba2-demo,bamba-demo
+  "--trees=binary:4;binary:5;binary:6;3,2,2,1,1;4,2,2,1,1" --batches 1,4,16 --rounds 7
+  --max_gib 24 --op_batches 1,16)
+say "running stree_bench ${STREE_ARGS:-${STREE_DEFAULT[*]}}"
+if [ -n "${STREE_ARGS:-}" ]; then
+  # shellcheck disable=SC2086
+  timeout 150 "$BIN/stree_bench" $STREE_ARGS >"$LOGS/stree_bench.log" 2>&1
+else
+  timeout 150 "$BIN/stree_bench" "${STREE_DEFAULT[@]}" >"$LOGS/stree_bench.log" 2>&1
+fi
+STREE_RC=$?
+
 # Sanitizers last, inside what is left of the time budget.
-left() { echo $(( ${GPU_CHECK_BUDGET:-480} - ($(date +%s) - T0) )); }
+left() { echo $(( ${GPU_CHECK_BUDGET:-600} - ($(date +%s) - T0) )); }
 SAN="skipped"
 SAN_FAIL=0
 SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer \
@@ -110,6 +135,18 @@ if [ "${GPU_CHECK_SANITIZE:-1}" != 0 ] && [ -n "$SANITIZER" ] && [ "$(left)" -gt
     124) SAN="memcheck timed out (inconclusive)" ;;
     *) SAN="memcheck: test failures under the tool (rc $rc)" ;;
   esac
+  if [ "$(left)" -gt 60 ]; then
+    say "compute-sanitizer memcheck of the cuda_f16 Mamba-2 tree op tests"
+    timeout $(( $(left) > 120 ? 120 : $(left) - 30 )) "$SANITIZER" --tool memcheck --error-exitcode 9 \
+      "$BIN/ssm_tree_ops_test" --gtest_filter='*cuda_f16' >"$LOGS/memcheck_ssm.log" 2>&1
+    rc=$?
+    case $rc in
+      0) SAN+="; ssm memcheck clean" ;;
+      9) SAN+="; ssm memcheck ERRORS (see $LOGS/memcheck_ssm.log)"; SAN_FAIL=1; FAILED_TESTS+="memcheck ssm: $(grep -m3 -E 'Invalid|Error' "$LOGS/memcheck_ssm.log")"$'\n' ;;
+      124) SAN+="; ssm memcheck timed out (inconclusive)" ;;
+      *) SAN+="; ssm memcheck: test failures under the tool (rc $rc)" ;;
+    esac
+  fi
   say "compute-sanitizer racecheck of the cuda_f16 attention test"
   timeout $(( $(left) > 120 ? 120 : ($(left) > 20 ? $(left) - 10 : 10) )) "$SANITIZER" --tool racecheck --error-exitcode 9 \
     "$BIN/backend_ops_test" --gtest_filter='*Attention*cuda_f16' >"$LOGS/racecheck.log" 2>&1
@@ -124,20 +161,25 @@ fi
 
 echo
 echo "==================== gpu_check summary ($(( $(date +%s) - T0 )) s) ===================="
-for n in backend_ops_test cuda_model_test; do printf '  %-18s %s\n' "$n" "${RESULT[$n]}"; done
+for n in backend_ops_test ssm_tree_ops_test cuda_model_test; do printf '  %-18s %s\n' "$n" "${RESULT[$n]}"; done
 printf '  %-18s %s\n' "sanitizer" "$SAN"
 printf '  %-18s %s\n' "gpu_bench" "$([ $BENCH_RC -eq 0 ] && echo ok || echo "FAILED (rc $BENCH_RC)")"
+printf '  %-18s %s\n' "stree_bench" "$([ $STREE_RC -eq 0 ] && echo ok || echo "FAILED (rc $STREE_RC; 3: the methods disagree, 124: timeout)")"
 if [ -n "${FAILED_TESTS//$'\n'/}" ]; then
   echo "  failures:"; printf '%s' "$FAILED_TESTS" | sed '/^$/d; s/^/    /' | head -40
   echo "  first failure messages:"
-  grep -h -A3 -E '^[^ ]*\.cc:[0-9]+: Failure' "$LOGS/backend_ops_test.log" "$LOGS/cuda_model_test.log" 2>/dev/null | head -30 | sed 's/^/    /'
+  grep -h -A3 -E '^[^ ]*\.cc:[0-9]+: Failure' "$LOGS/backend_ops_test.log" "$LOGS/ssm_tree_ops_test.log" \
+    "$LOGS/cuda_model_test.log" 2>/dev/null | head -30 | sed 's/^/    /'
 fi
 if [ -s "$LOGS/measured.txt" ]; then echo "  model error (measured):"; sed 's/^/    /' "$LOGS/measured.txt"; fi
 echo "  logs: $LOGS"
 echo "==================== gpu_bench ===================="
 cat "$LOGS/gpu_bench.log"
+echo "==================== stree_bench ===================="
+cat "$LOGS/stree_bench.log"
 ok=1
-for n in backend_ops_test cuda_model_test; do [[ "${RESULT[$n]}" == PASS* ]] || ok=0; done
+for n in backend_ops_test ssm_tree_ops_test cuda_model_test; do [[ "${RESULT[$n]}" == PASS* ]] || ok=0; done
 [ $BENCH_RC -eq 0 ] || ok=0
+[ $STREE_RC -eq 0 ] || ok=0
 [ $SAN_FAIL -eq 0 ] || ok=0
 [ $ok -eq 1 ]

@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "core/model/config.h"
+#include "core/model/hybrid.h"
 #include "core/model/llama.h"
 #include "core/model/sequence_model.h"
 #include "core/tensor/backend.h"
@@ -33,8 +34,8 @@
 #include "worker/worker_telemetry.h"
 
 ABSL_FLAG(std::string, model, "",
-          "Hugging Face model directory of the target (Llama family or Mamba), or a "
-          "llama-family .gguf file");
+          "Hugging Face model directory of the target (Llama family, Mamba, Mamba-2 or the "
+          "Mamba-2 + attention hybrid Bamba), or a llama-family .gguf file");
 ABSL_FLAG(std::string, device, "cpu",
           "Backend: cpu[:THREADS][:f32|f16|bf16|auto] (CPU weight type), cuda[:N][:f16|bf16]");
 ABSL_FLAG(int64_t, kv_blocks, 0, "KV cache blocks of --kv_block_size tokens (0: from --kv_tokens)");
@@ -298,6 +299,9 @@ int TensorParallel(const std::string& model_dir, Backend* backend, const ModelCo
   // Every rank refuses a model that does not split, before joining anyone.
   if (mc.arch == Architecture::kLlama) {
     absl::Status st = LlamaModel::CheckShardable(mc.llama, g.size);
+    if (!st.ok()) return FailService(st);
+  } else if (mc.arch == Architecture::kMamba2 || mc.arch == Architecture::kHybrid) {
+    absl::Status st = HybridModel::CheckShardable(mc.hybrid, g.size);
     if (!st.ok()) return FailService(st);
   } else {
     return FailService(absl::InvalidArgumentError(absl::StrCat(

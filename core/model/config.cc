@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/model/gguf_model.h"
+#include "core/model/config_fields.h"
+#include "core/model/hybrid_config.h"
 #include "core/util/gguf.h"
 #include "core/util/json_fields.h"
 #include "core/util/mapped_file.h"
@@ -14,19 +16,15 @@
 namespace treespec {
 namespace {
 
-// Every size in a config is at most 2^24 (the largest real ones, vocabularies
-// and MLP widths, are near 2^18), and the parameter count they make at most
-// 2^50: products of sizes then fit in int64 with room to spare, and a config
-// that names an absurd size is refused before anything is allocated for it.
-constexpr int64_t kMaxDimension = int64_t{1} << 24;
+// Every size in a config is at most 2^24 (config_fields.h) and the parameter
+// count they make at most 2^50: products of sizes then fit in int64 with room
+// to spare, and a config that names an absurd size is refused before anything
+// is allocated for it.
 constexpr int64_t kMaxParameters = int64_t{1} << 50;
 
-absl::Status Dimension(const JsonFields& f, const std::string& key, int64_t v) {
-  if (v <= 0 || v > kMaxDimension) {
-    return f.Error(key, absl::StrCat("must be between 1 and ", kMaxDimension, ", got ", v));
-  }
-  return absl::OkStatus();
-}
+using config_detail::CheckSilu;
+using config_detail::Dimension;
+using config_detail::NormalizeNonFiniteJson;
 
 absl::Status CheckParameterCount(const std::string& path, int64_t count) {
   if (count > kMaxParameters) {
@@ -42,17 +40,6 @@ absl::Status CheckParameterCount(const std::string& path, int64_t count) {
 int64_t Saturate(__int128 v) {
   return v > std::numeric_limits<int64_t>::max() ? std::numeric_limits<int64_t>::max()
                                                  : static_cast<int64_t>(v);
-}
-
-// hidden_act values computed exactly: transformers' ACT2FN maps both to SiLU.
-absl::Status CheckSilu(const JsonFields& f, const std::string& key) {
-  if (!f.Has(key)) return absl::OkStatus();
-  TS_ASSIGN_OR_RETURN(std::string act, f.String(key));
-  if (act != "silu" && act != "swish") {
-    return absl::UnimplementedError(absl::StrCat("config.json: ", key, " '", act,
-                                                 "' is not supported (only silu / swish)"));
-  }
-  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<double>> DoubleList(const nlohmann::json& obj, const std::string& key,
@@ -75,7 +62,10 @@ absl::StatusOr<std::vector<double>> DoubleList(const nlohmann::json& obj, const 
 
 // Reads RoPE from either layout into c->rope_theta / c->rope_scaling, the way
 // transformers' convert_rope_params_to_dict + standardize_rope_params do.
-absl::Status ParseRope(const JsonFields& f, const nlohmann::json& j, LlamaConfig* c) {
+// `partial`: the partial_rotary_factor the architecture computes with (1.0,
+// or Bamba's hard-coded 0.5); a file that says otherwise is refused.
+absl::Status ParseRope(const JsonFields& f, const nlohmann::json& j, double want_partial,
+                       LlamaConfig* c) {
   const bool has_new = f.Has("rope_parameters"), has_old = f.Has("rope_scaling");
   // transformers prefers rope_scaling when both are present.
   const char* key = has_old ? "rope_scaling" : "rope_parameters";
@@ -95,11 +85,12 @@ absl::Status ParseRope(const JsonFields& f, const nlohmann::json& j, LlamaConfig
   TS_ASSIGN_OR_RETURN(double top_theta, f.DoubleOr("rope_theta", 10000.0));
   TS_ASSIGN_OR_RETURN(c->rope_theta, r.DoubleOr("rope_theta", top_theta));
   if (!(c->rope_theta > 0)) return r.Error("rope_theta", "must be positive");
-  TS_ASSIGN_OR_RETURN(double top_partial, f.DoubleOr("partial_rotary_factor", 1.0));
+  TS_ASSIGN_OR_RETURN(double top_partial, f.DoubleOr("partial_rotary_factor", want_partial));
   TS_ASSIGN_OR_RETURN(double partial, r.DoubleOr("partial_rotary_factor", top_partial));
-  if (partial != 1.0) {
-    return absl::UnimplementedError(absl::StrCat(
-        "config.json: partial_rotary_factor ", partial, " is not supported (only 1.0)"));
+  if (partial != want_partial) {
+    return absl::UnimplementedError(absl::StrCat("config.json: partial_rotary_factor ", partial,
+                                                 " is not supported (only ", want_partial,
+                                                 " for this architecture)"));
   }
   std::string type = "default";
   if (r.Has("rope_type")) {
@@ -173,12 +164,13 @@ absl::Status ParseBiasesAndWindow(const JsonFields& f, const nlohmann::json& j,
                                   const std::string& arch, LlamaConfig* c) {
   const bool is_llama = arch == "LlamaForCausalLM", is_mistral = arch == "MistralForCausalLM";
   const bool is_qwen2 = arch == "Qwen2ForCausalLM", is_qwen3 = arch == "Qwen3ForCausalLM";
-  if (is_llama || is_qwen3) {
+  const bool is_bamba = arch == "BambaForCausalLM";
+  if (is_llama || is_qwen3 || is_bamba) {
     TS_ASSIGN_OR_RETURN(bool attention_bias, f.BoolOr("attention_bias", false));
     c->qkv_bias = c->o_bias = attention_bias;
   }
   if (is_qwen2) c->qkv_bias = true;
-  if (is_llama) {
+  if (is_llama || is_bamba) {
     TS_ASSIGN_OR_RETURN(c->mlp_bias, f.BoolOr("mlp_bias", false));
   }
   c->qk_norm = is_qwen3;
@@ -268,7 +260,22 @@ absl::StatusOr<LlamaConfig> ParseLlama(const JsonFields& f, const nlohmann::json
   TS_ASSIGN_OR_RETURN(c.max_position_embeddings, f.IntOr("max_position_embeddings", 2048));
   TS_ASSIGN_OR_RETURN(c.tie_word_embeddings, f.BoolOr("tie_word_embeddings", false));
   TS_RETURN_IF_ERROR(CheckSilu(f, "hidden_act"));
-  TS_RETURN_IF_ERROR(ParseRope(f, j, &c));
+  // BambaConfig hard-codes partial_rotary_factor 0.5 (rotate-half on the
+  // first half of each head), with default RoPE frequencies over that half.
+  const bool bamba = arch == "BambaForCausalLM";
+  TS_RETURN_IF_ERROR(ParseRope(f, j, bamba ? 0.5 : 1.0, &c));
+  if (bamba) {
+    c.rotary_dim = c.head_dim / 2;
+    if (c.rotary_dim % 2 != 0) {
+      return f.Error("head_dim", absl::StrCat("must be a multiple of 4 (half of it rotates), got ",
+                                              c.head_dim));
+    }
+    if (c.rope_scaling) {
+      return absl::UnimplementedError(absl::StrCat("config.json: rope type '",
+                                                   c.rope_scaling->type,
+                                                   "' with partial rotary is not supported"));
+    }
+  }
   TS_RETURN_IF_ERROR(ParseBiasesAndWindow(f, j, arch, &c));
   return c;
 }
@@ -337,8 +344,8 @@ absl::Status ReadTokenIds(const nlohmann::json& j, const std::string& key,
 // including which steps run in float32 (tensors) and which in double (Python
 // floats), so the frequencies match bit for bit or within one float32 ulp.
 std::vector<float> LlamaConfig::InvFreq() const {
-  const int64_t half = head_dim / 2;
-  const float dim = static_cast<float>(head_dim);
+  const int64_t half = RotaryDim() / 2;
+  const float dim = static_cast<float>(RotaryDim());
   double base = rope_theta;
   const RopeScaling* s = rope_scaling ? &*rope_scaling : nullptr;
   if (s != nullptr && s->type == "dynamic") {
@@ -459,7 +466,8 @@ int64_t MambaConfig::NumParameters() const {
 
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
                                              const std::string& path) {
-  TS_ASSIGN_OR_RETURN(nlohmann::json j, ParseJson(json_text, path));
+  // transformers < 5 writes time_step_limit's infinity as a bare Infinity.
+  TS_ASSIGN_OR_RETURN(nlohmann::json j, ParseJson(NormalizeNonFiniteJson(json_text), path));
   if (!j.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
   JsonFields f(j, path);
   ModelConfig mc;
@@ -472,7 +480,9 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
                            : mt == "mistral" ? "MistralForCausalLM"
                            : mt == "qwen2" ? "Qwen2ForCausalLM"
                            : mt == "qwen3" ? "Qwen3ForCausalLM"
-                           : mt == "mamba" ? "MambaForCausalLM" : mt;
+                           : mt == "mamba" ? "MambaForCausalLM"
+                           : mt == "mamba2" ? "Mamba2ForCausalLM"
+                           : mt == "bamba" ? "BambaForCausalLM" : mt;
   } else {
     return f.Error("architectures", "is missing (and no model_type)");
   }
@@ -486,11 +496,20 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
     mc.arch = Architecture::kMamba;
     TS_ASSIGN_OR_RETURN(mc.mamba, ParseMamba(f, j));
     TS_RETURN_IF_ERROR(CheckParameterCount(path, mc.mamba.NumParameters()));
+  } else if (a == "Mamba2ForCausalLM") {
+    mc.arch = Architecture::kMamba2;
+    TS_ASSIGN_OR_RETURN(mc.hybrid, ParseMamba2Config(f, j));
+    TS_RETURN_IF_ERROR(CheckParameterCount(path, mc.hybrid.NumParameters()));
+  } else if (a == "BambaForCausalLM") {
+    mc.arch = Architecture::kHybrid;
+    TS_ASSIGN_OR_RETURN(LlamaConfig attn, ParseLlama(f, j, a));
+    TS_ASSIGN_OR_RETURN(mc.hybrid, ParseBambaConfig(f, j, attn));
+    TS_RETURN_IF_ERROR(CheckParameterCount(path, mc.hybrid.NumParameters()));
   } else {
-    return absl::UnimplementedError(
-        absl::StrCat(path, ": architecture '", a,
-                     "' is not supported (supported: LlamaForCausalLM, MistralForCausalLM, "
-                     "Qwen2ForCausalLM, Qwen3ForCausalLM, MambaForCausalLM)"));
+    return absl::UnimplementedError(absl::StrCat(
+        path, ": architecture '", a,
+        "' is not supported (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+        "Qwen3ForCausalLM, MambaForCausalLM, Mamba2ForCausalLM, BambaForCausalLM)"));
   }
   TS_RETURN_IF_ERROR(ReadTokenIds(j, "eos_token_id", path, &mc.eos_token_ids));
   std::vector<int64_t> bos;

@@ -47,6 +47,9 @@ struct LlamaConfig {
   int64_t num_heads = 0;
   int64_t num_kv_heads = 0;
   int64_t head_dim = 0;
+  // 0: RoPE rotates whole heads. Else only their first rotary_dim columns
+  // (partial rotary; BambaForCausalLM: head_dim / 2), the rest pass unrotated.
+  int64_t rotary_dim = 0;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   std::optional<RopeScaling> rope_scaling;
@@ -60,8 +63,9 @@ struct LlamaConfig {
   bool mlp_bias = false;  // gate/up/down projections have biases (mlp_bias)
   bool qk_norm = false;   // per-head RMSNorm of q and k before RoPE (Qwen3)
 
-  // RoPE inverse frequencies [head_dim / 2], with the scaling applied.
+  // RoPE inverse frequencies [RotaryDim() / 2], with the scaling applied.
   std::vector<float> InvFreq() const;
+  int64_t RotaryDim() const { return rotary_dim > 0 ? rotary_dim : head_dim; }
   // The factor transformers multiplies cos and sin by (yarn, longrope; else 1).
   double RopeAttentionFactor() const;
   // Positions at or past this limit are refused by the model: "dynamic" and
@@ -87,17 +91,56 @@ struct MambaConfig {
   int64_t NumParameters() const;
 };
 
-enum class Architecture { kLlama, kMamba };
+// Mamba2ForCausalLM and the Mamba-2 + attention hybrid BambaForCausalLM, one
+// description for both (core/model/hybrid.h): every layer is a Mamba-2 mixer
+// or an attention block, optionally followed by a SwiGLU MLP.
+struct HybridConfig {
+  // Tensor names and block structure: Mamba2ForCausalLM (backbone.*, norm ->
+  // mixer -> residual) or BambaForCausalLM (model.*, input_layernorm -> mamba
+  // or self_attn -> residual -> pre_ff_layernorm -> feed_forward -> residual).
+  enum class Layout { kMamba2, kBamba };
+  Layout layout = Layout::kMamba2;
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t num_layers = 0;
+  double norm_eps = 1e-5;  // every RMSNorm, the mixers' gated one included
+  bool tie_word_embeddings = false;
+  std::vector<bool> attention;  // [num_layers]: an attention layer, else a Mamba-2 mixer
+  bool has_mlp = false;         // Bamba: each layer ends with pre_ff_layernorm + SwiGLU MLP
+  // The Mamba-2 mixer.
+  int64_t ssm_heads = 0;
+  int64_t ssm_head_dim = 0;
+  int64_t ssm_state = 0;
+  int64_t ssm_groups = 1;
+  int64_t conv_kernel = 4;
+  int64_t chunk_size = 256;  // transformers' chunked prefill only; the math is the same
+  bool conv_bias = true;
+  bool proj_bias = false;  // in_proj / out_proj biases
+  // Bamba's attention layers and MLPs: heads, head_dim, RoPE (rotary_dim),
+  // biases and intermediate_size as for a Llama layer; unused by Mamba2.
+  LlamaConfig attn;
+
+  int64_t ssm_inner() const { return ssm_heads * ssm_head_dim; }
+  // Conv channels: x | B | C.
+  int64_t conv_dim() const { return ssm_inner() + 2 * ssm_groups * ssm_state; }
+  int64_t num_attention_layers() const;
+  int64_t NumParameters() const;
+};
+
+enum class Architecture { kLlama, kMamba, kMamba2, kHybrid };
 
 struct ModelConfig {
   Architecture arch = Architecture::kLlama;
   std::string architecture_name;  // as in config.json "architectures"[0]
   LlamaConfig llama;
   MambaConfig mamba;
+  HybridConfig hybrid;  // kMamba2 and kHybrid
   std::vector<int64_t> eos_token_ids;  // from config.json (generation_config may add)
   std::optional<int64_t> bos_token_id;
   int64_t vocab_size() const {
-    return arch == Architecture::kLlama ? llama.vocab_size : mamba.vocab_size;
+    return arch == Architecture::kLlama   ? llama.vocab_size
+           : arch == Architecture::kMamba ? mamba.vocab_size
+                                          : hybrid.vocab_size;
   }
 };
 

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/model/config.h"
 #include "core/model/gguf_model.h"
+#include "core/model/hybrid_sequence_model.h"
 #include "core/model/llama_sequence_model.h"
 #include "core/model/mamba_sequence_model.h"
 #include "core/util/status_macros.h"
@@ -10,7 +11,13 @@
 namespace treespec {
 
 const char* ModelKindName(ModelKind kind) {
-  return kind == ModelKind::kMamba ? "mamba" : "llama";
+  switch (kind) {
+    case ModelKind::kMamba: return "mamba";
+    case ModelKind::kMamba2: return "mamba2";
+    case ModelKind::kHybrid: return "hybrid";
+    case ModelKind::kLlama: break;
+  }
+  return "llama";
 }
 
 absl::StatusOr<SequenceSnapshot> SequenceModel::SnapshotState(int64_t) {
@@ -72,6 +79,12 @@ absl::StatusOr<std::unique_ptr<SequenceModel>> LoadSequenceModel(
     TS_ASSIGN_OR_RETURN(std::unique_ptr<MambaSequenceModel> m,
                         MambaSequenceModel::Create(std::move(model), options.max_sequences,
                                                    options.max_tail_nodes));
+    return std::unique_ptr<SequenceModel>(std::move(m));
+  }
+  if (mc.arch == Architecture::kMamba2 || mc.arch == Architecture::kHybrid) {
+    TS_ASSIGN_OR_RETURN(std::unique_ptr<HybridModel> model, HybridModel::Load(dir, backend, comm));
+    TS_ASSIGN_OR_RETURN(std::unique_ptr<HybridSequenceModel> m,
+                        HybridSequenceModel::Create(std::move(model), options));
     return std::unique_ptr<SequenceModel>(std::move(m));
   }
   TS_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::Load(dir, backend, comm));

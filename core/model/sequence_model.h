@@ -37,9 +37,10 @@
 
 namespace treespec {
 
-enum class ModelKind { kLlama, kMamba };
+// kMamba2: Mamba2ForCausalLM; kHybrid: Mamba-2 + attention (BambaForCausalLM).
+enum class ModelKind { kLlama, kMamba, kMamba2, kHybrid };
 
-// "llama" / "mamba": the names drafter --kind and logs use.
+// "llama" / "mamba" / "mamba2" / "hybrid": the names drafter --kind and logs use.
 const char* ModelKindName(ModelKind kind);
 
 struct ModelInfo {
@@ -55,7 +56,7 @@ struct ModelInfo {
 };
 
 // Memory accounting in the model's own unit: KV blocks of block_size tokens
-// (Llama) or recurrent state slots (Mamba, block_size 0).
+// (Llama, hybrid) or recurrent state slots (Mamba, Mamba-2: block_size 0).
 struct SequenceModelStats {
   int64_t num_sequences = 0;
   int64_t blocks_used = 0;
@@ -112,8 +113,9 @@ struct SequenceModelOptions {
   // KV cache (Llama): blocks of block_size tokens shared by all sequences.
   int64_t kv_blocks = 4096;
   int64_t kv_block_size = 16;
-  // Recurrent models (Mamba): most open sequences and most tail nodes per
-  // sequence (each gets a state slot).
+  // Recurrent models (Mamba, Mamba-2, hybrid): most open sequences and most
+  // tail nodes per sequence (Mamba: a state slot each; Mamba-2: a row of
+  // cached activations each, for activation replay).
   int64_t max_sequences = 64;
   int64_t max_tail_nodes = 64;
   // CUDA graphs for batched recurrent steps where the backend has them.
@@ -123,8 +125,8 @@ struct SequenceModelOptions {
 
 // Loads the model in `dir` (kind from its config.json; a "*.gguf" path is a
 // llama-family GGUF file, core/model/gguf_model.h) on `backend`, sharded
-// over `comm` when it is given with more than one rank (Llama only). Neither
-// is owned; both must outlive the model.
+// over `comm` when it is given with more than one rank (Llama, Mamba-2 and
+// hybrid). Neither is owned; both must outlive the model.
 absl::StatusOr<std::unique_ptr<SequenceModel>> LoadSequenceModel(
     const std::string& dir, Backend* backend, Communicator* comm,
     const SequenceModelOptions& options);

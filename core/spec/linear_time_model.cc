@@ -106,6 +106,17 @@ std::vector<double> LinearTimeModel::RobustFit(const std::vector<const TimeSampl
   std::vector<double> resid(ns, 0.0);
   *sigma = 0.0;
   for (int iter = 0; iter <= options_.irls_iterations; ++iter) {
+    // The weighted normal equations of all features, once per reweighting:
+    // an active-set pass solves the rows and columns of its free features
+    // (the same sums, in the same order, as accumulating them per pass).
+    std::vector<double> gram(nf * nf, 0.0), rhs(nf, 0.0);
+    for (size_t i = 0; i < ns; ++i) {
+      const double* zi = &z[i * nf];
+      for (int r = 0; r < nf; ++r) {
+        rhs[r] += w[i] * zi[r];
+        for (int c = 0; c < nf; ++c) gram[r * nf + c] += w[i] * zi[r] * zi[c];
+      }
+    }
     std::vector<bool> is_free(nf, true);
     for (int pass = 0; pass < nf; ++pass) {
       std::vector<int> idx;
@@ -114,12 +125,9 @@ std::vector<double> LinearTimeModel::RobustFit(const std::vector<const TimeSampl
       }
       const int n = static_cast<int>(idx.size());
       std::vector<double> a(n * n, 0.0), b(n, 0.0);
-      for (size_t i = 0; i < ns; ++i) {
-        const double* zi = &z[i * nf];
-        for (int r = 0; r < n; ++r) {
-          b[r] += w[i] * zi[idx[r]];
-          for (int c = 0; c < n; ++c) a[r * n + c] += w[i] * zi[idx[r]] * zi[idx[c]];
-        }
+      for (int r = 0; r < n; ++r) {
+        b[r] = rhs[idx[r]];
+        for (int c = 0; c < n; ++c) a[r * n + c] = gram[idx[r] * nf + idx[c]];
       }
       for (int r = 0; r < n; ++r) {
         const double ridge = prior_weight * s2[idx[r]];

@@ -63,7 +63,8 @@ class ShapeSearch {
         explore_(options.explore),
         has_knee_(cost_.v.knee_tokens > 0 && cost_.v.per_token_past_knee > 0.0) {
     for (const PlanSequence& s : batch) context_ += s.context_tokens;
-    cost_.Calibrate(nb_, context_, options.plain_time_scale, options.added_time_scale);
+    cost_.Calibrate(nb_, context_, options.plain_time_scale, options.added_time_scale,
+                    options.draft_time_scale);
   }
 
   void BuildOptions(absl::Span<const PlanSequence> batch, absl::Span<const TreeShape> candidates,
@@ -363,6 +364,10 @@ absl::Status PlannerOptions::Validate() const {
       return absl::InvalidArgumentError(
           absl::StrCat(name, " must be finite and > 0, got ", scale));
     }
+  }
+  if (!(draft_time_scale >= 0.0 && draft_time_scale <= 1.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("draft_time_scale must be in [0, 1], got ", draft_time_scale));
   }
   if (!std::isfinite(overhead_seconds) || overhead_seconds < 0.0) {
     return absl::InvalidArgumentError(

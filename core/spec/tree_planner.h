@@ -117,6 +117,11 @@ struct PlannerOptions {
   // (tree tokens, drafting) added_time_scale times theirs. Both > 0.
   double plain_time_scale = 1.0;
   double added_time_scale = 1.0;
+  // The share of the modelled Draft call time a step waits for, in [0, 1]:
+  // 1 without draft-ahead; with it, the drafter answers the hits' trees
+  // during the previous Verify and only the misses' Draft call remains
+  // (coordinator/step_machine.h).
+  double draft_time_scale = 1.0;
   absl::Status Validate() const;
 };
 

@@ -47,10 +47,16 @@ struct StepCost {
 
   // The same costs for a batch of `batch` with `context` cached tokens,
   // calibrated: Verify(batch, batch) + overhead becomes kp times itself, and
-  // every increment over it (tree tokens, drafting) km times itself. Exact
-  // for tokens >= batch, the only ones a plan verifies; the per-step term may
-  // go negative for that.
-  void Calibrate(int64_t batch, int64_t context, double kp, double km) {
+  // every increment over it (tree tokens, drafting) km times itself, drafting
+  // kd times more (PlannerOptions::draft_time_scale). Exact for tokens >=
+  // batch, the only ones a plan verifies; the per-step term may go negative
+  // for that.
+  void Calibrate(int64_t batch, int64_t context, double kp, double km, double kd = 1.0) {
+    d.per_call *= kd;
+    d.per_level *= kd;
+    d.per_sequence_level *= kd;
+    d.per_node *= kd;
+    d_min *= kd;
     if (kp == 1.0 && km == 1.0) return;
     const double plain = Verify(batch, batch, context) + overhead;
     const double past = v.knee_tokens > 0 ? std::max<int64_t>(0, batch - v.knee_tokens) : 0;

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/tensor/attention_batch.h"
+#include "core/tensor/ssm_tree_batch.h"
 #include "core/tensor/tensor.h"
 
 namespace treespec {
@@ -40,6 +42,23 @@ inline float FillUniformValue(uint64_t seed, int64_t i, float scale) {
   const uint64_t r = FillUniformMix(seed + static_cast<uint64_t>(i));
   return (static_cast<float>(r >> 40) / static_cast<float>(1ull << 24) * 2.0f - 1.0f) * scale;
 }
+
+// The scalar parameters of Backend::SsmTreeScan.
+struct SsmScanParams {
+  int64_t n_groups = 1;  // G: heads h·G/H .. share B and C group h / (H / G)
+  // dt is clamped to [dt_min, dt_max] after the softplus (time_step_limit).
+  float dt_min = 0.0f;
+  float dt_max = std::numeric_limits<float>::infinity();
+};
+
+// Device memory held by a backend's live tensors (Alloc and the backend's own
+// scratch), and the most held at once since ResetPeakMemory. Memory that a
+// caching allocator keeps for reuse is not in use. For measuring what a pass
+// needs (tools/bench/stree_bench); zeros where a backend does not count.
+struct BackendMemoryStats {
+  int64_t in_use_bytes = 0;
+  int64_t peak_bytes = 0;
+};
 
 // Device-side form of an AttentionBatch (block tables, masks, slot mapping),
 // built once per forward pass and shared by every layer.
@@ -75,6 +94,9 @@ class Backend {
   // random-weight model is the same model everywhere (and fills on the device).
   virtual absl::Status FillUniform(Tensor* t, uint64_t seed, float scale) = 0;
   virtual absl::Status Synchronize() = 0;
+  // Bytes held now and at most since the last ResetPeakMemory (BackendMemoryStats).
+  virtual BackendMemoryStats memory_stats() const { return {}; }
+  virtual void ResetPeakMemory() {}
   // The dtype a weight matrix stored as `stored` is kept in on this backend
   // (what WeightLoader allocates for 2-D weights; norms, biases and the rest
   // use activation_dtype()). Only ops documented to accept it see such a
@@ -121,7 +143,8 @@ class Backend {
   virtual absl::StatusOr<std::unique_ptr<AttentionPlan>> PlanAttention(
       const AttentionBatch& batch) = 0;
   // in: qkv [T, (H + 2·Hkv)·Dh] (q | k | v per token), positions [T] i32,
-  //     inv_freq [Dh/2] f32 (RoPE, rotate-half convention);
+  //     inv_freq [Rd/2] f32 (RoPE, rotate-half convention, on the first Rd
+  //     <= Dh columns of each head; the rest pass unrotated: partial rotary);
   // out: q [T, H, Dh] rotated; k_cache, v_cache [num_slots, Hkv, Dh] get the
   //      rotated k and the v of token t at slot plan.batch().Slot(...).
   virtual absl::Status QkvRope(const Tensor& qkv, const Tensor& positions,
@@ -158,6 +181,45 @@ class Backend {
                                       const Tensor& dt_bias, const Tensor& A, const Tensor& Bm,
                                       const Tensor& Cm, const Tensor& D, const Tensor& z,
                                       const Tensor& slots, Tensor* states, Tensor* y) = 0;
+
+  // ---- Mamba-2 over packed token trees (STree, paper 001 §3) ------------------
+  // Rows, parents and state slots are described by `batch` (SsmTreeBatch,
+  // planned). CPU: kernels/cpu/ssm_tree_*.cc (the recurrence, bit for bit
+  // with decoding); CUDA: kernels/cuda/ssm_tree_*.cu (the paper's matrix form,
+  // within tolerance). Conv states are in the activation dtype, SSM states f32.
+  //
+  // Depthwise causal conv + SiLU along each row's root path: the K inputs a
+  // row sees are its own and those of its K - 1 nearest ancestors, then the
+  // newest entries of its sequence's committed conv state.
+  // in: x [R, Cd], w [Cd, K], b [Cd]; inout: states [S, Cd, K] (the last K
+  // inputs, oldest first, as Hugging Face's conv_states): slot out_slots[i]
+  // gets the window of row out_rows[i]; out: out [R, Cd].
+  virtual absl::Status SsmTreeConv(const Tensor& x, const Tensor& w, const Tensor& b,
+                                   const SsmTreeBatch& batch, Tensor* states, Tensor* out) = 0;
+  // The Mamba-2 selective scan along each row's root path. Per head h with
+  // group g(h), row r with parent state s (the committed state for a root):
+  //   dt = clamp(softplus(dt_raw[r, h] + dt_bias[h]), dt_min, dt_max),
+  //   state_r[h, p, n] = exp(dt·A[h])·s[h, p, n] + dt·x[r, h, p]·B[r, g, n],
+  //   y[r, h, p] = Σ_n C[r, g, n]·state_r[h, p, n] + D[h]·x[r, h, p].
+  // in: xbc [R, H·P + 2·G·N] (x | B | C, the conv output), dt_raw [R, H],
+  //     A [H] f32 (= -exp(A_log)), dt_bias [H] f32, D [H] f32;
+  // inout: states [S, H, P, N] f32: slot out_slots[i] gets state_{out_rows[i]};
+  // out: y [R, H·P], or null for the states alone (activation replay).
+  virtual absl::Status SsmTreeScan(const Tensor& xbc, const Tensor& dt_raw, const Tensor& A,
+                                   const Tensor& dt_bias, const Tensor& D,
+                                   const SsmScanParams& params, const SsmTreeBatch& batch,
+                                   Tensor* states, Tensor* y) = 0;
+  // First half of Mamba-2's gated RMSNorm (MambaRMSNormGated, norm after
+  // the gate), split so that tensor parallelism can sum `ss` over ranks.
+  // in: y, z [R, W]; out: g [R, W] = y·silu(z) (may alias y),
+  //     ss [R, W / group] f32 = Σ g² over each run of `group` columns.
+  virtual absl::Status GateSumSquares(const Tensor& y, const Tensor& z, int64_t group, Tensor* g,
+                                      Tensor* ss) = 0;
+  // Second half: in: g [R, W], ss [R, W / group] (sums over `count` values
+  // each, count >= group), w [W]; out: out [R, W] = w·g / sqrt(ss / count + eps)
+  // with group = W / ss.dim(1). out may alias g.
+  virtual absl::Status GroupRmsScale(const Tensor& g, const Tensor& ss, const Tensor& w,
+                                     int64_t count, float eps, Tensor* out) = 0;
 
   // ---- sampling math on the device -------------------------------------------
   // in: logits [R, V]; out: ids [R] on the host, the argmax of each row (lowest

@@ -102,7 +102,7 @@ uint16_t FloatToHalf(float f) {
 void ConvertToF32(const void* src, DType src_dtype, size_t n, float* dst) {
   switch (src_dtype) {
     case DType::kF32:
-      std::memcpy(dst, src, n * 4);
+      if (n > 0) std::memcpy(dst, src, n * 4);  // an empty vector's data() may be null
       return;
     case DType::kF16: {
       const uint16_t* s = static_cast<const uint16_t*>(src);

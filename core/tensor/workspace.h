@@ -19,6 +19,9 @@ class Workspace {
   absl::StatusOr<Tensor> Get(int index, Shape shape);
   // Every buffer allocated so far (to keep them alive, e.g. in a graph).
   const std::vector<Tensor>& buffers() const { return buffers_; }
+  // Drops every buffer (tensors still viewing one keep it alive), so that the
+  // next pass allocates exactly what it needs: for measuring that.
+  void Release() { buffers_.clear(); }
 
  private:
   Backend* backend_;

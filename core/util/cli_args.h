@@ -24,7 +24,8 @@ void ConfigureFlagHelp();
 
 // Parses argv with absl flags (after NormalizeFlagNames and
 // ConfigureFlagHelp) and returns the positional arguments, the program name
-// first.
+// first. In release builds (NDEBUG) it also turns off Abseil's Mutex
+// deadlock detection for the process (see cli_args.cc).
 std::vector<std::string> ParseFlags(int argc, char** argv);
 
 // After ParseFlags: whether flag `name` (underscored) was on the command line

@@ -8,9 +8,10 @@
 
 namespace treespec::cpu {
 
-// in: qkv [T, (H + 2·Hkv)·Dh], positions [T], inv_freq [Dh/2];
+// in: qkv [T, (H + 2·Hkv)·Dh], positions [T], inv_freq [rot_half] (rot_half
+// <= Dh/2: the first 2·rot_half columns of each head rotate, the rest are copied);
 // out: q [T, H, Dh]; k_cache, v_cache [num_slots, Hkv, Dh] at each token's slot.
-void QkvRope(const float* qkv, const int32_t* positions, const float* inv_freq,
+void QkvRope(const float* qkv, const int32_t* positions, const float* inv_freq, int rot_half,
              const treespec::AttentionBatch& batch, int H, int Hkv, int Dh, float* q,
              float* k_cache, float* v_cache);
 

@@ -3,7 +3,9 @@
 // loops (kernels/cpu) for the rest. Always built; the reference every other
 // backend is tested against.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -12,6 +14,7 @@
 #include "core/tensor/backend.h"
 #include "core/util/status_macros.h"
 #include "kernels/cpu/attention_ops.h"
+#include "kernels/cpu/cpu_backend_ssm.h"
 #include "kernels/cpu/dense_ops.h"
 #include "kernels/cpu/mamba_ops.h"
 #include "kernels/cpu/quant_blocks.h"
@@ -61,6 +64,19 @@ int64_t RowSize(const Tensor& t) {
   return n;
 }
 
+// Bytes of the tensors Alloc handed out that are still alive, and the most
+// at once since the last reset. Shared with the tensors' deleters, which may
+// run on any thread and after the backend is gone.
+struct AllocCounter {
+  std::atomic<int64_t> in_use{0}, peak{0};
+  void Add(int64_t n) {
+    const int64_t now = in_use.fetch_add(n) + n;
+    int64_t p = peak.load();
+    while (now > p && !peak.compare_exchange_weak(p, now)) {
+    }
+  }
+};
+
 class CpuBackend final : public Backend {
  public:
   CpuBackend(int threads, CpuWeights weights) : threads_(threads), weights_(weights) {}
@@ -80,8 +96,20 @@ class CpuBackend final : public Backend {
   bool CanAliasHost(DType dtype) const override { return IsCpuWeight(dtype); }
 
   absl::StatusOr<Tensor> Alloc(DType dtype, Shape shape) override {
-    return Tensor::Host(dtype, std::move(shape));
+    Tensor t = Tensor::Host(dtype, std::move(shape));
+    const int64_t bytes = static_cast<int64_t>(t.nbytes());
+    counter_->Add(bytes);
+    // The returned tensor's storage keeps `t` (and so the memory) alive and
+    // counts the bytes out when the last view of it dies.
+    std::shared_ptr<void> counted(t.raw(), [t, counter = counter_, bytes](void*) {
+      counter->in_use.fetch_sub(bytes);
+    });
+    return Tensor(t.dtype(), t.shape(), DeviceKind::kCpu, std::move(counted), t.raw());
   }
+  BackendMemoryStats memory_stats() const override {
+    return {counter_->in_use.load(), counter_->peak.load()};
+  }
+  void ResetPeakMemory() override { counter_->peak.store(counter_->in_use.load()); }
 
   absl::Status Upload(const void* src, DType src_dtype, Tensor* dst) override {
     size_t n = static_cast<size_t>(dst->numel());
@@ -116,7 +144,7 @@ class CpuBackend final : public Backend {
                                                      DTypeName(src_dtype), " to ",
                                                      DTypeName(dst->dtype())));
     }
-    std::memcpy(dst->raw(), src, dst->nbytes());
+    if (dst->nbytes() > 0) std::memcpy(dst->raw(), src, dst->nbytes());
     return absl::OkStatus();
   }
 
@@ -288,7 +316,12 @@ class CpuBackend final : public Backend {
                        Tensor* v_cache) override {
     const int H = static_cast<int>(q->dim(1)), Dh = static_cast<int>(q->dim(2));
     const int Hkv = static_cast<int>(k_cache->dim(1));
-    cpu::QkvRope(qkv.data<float>(), positions.data<int32_t>(), inv_freq.data<float>(),
+    const int rot_half = static_cast<int>(inv_freq.numel());
+    if (rot_half > Dh / 2) {
+      return absl::InvalidArgumentError(absl::StrCat("cpu backend: QkvRope inv_freq ",
+                                                     inv_freq.DebugString(), " for head dim ", Dh));
+    }
+    cpu::QkvRope(qkv.data<float>(), positions.data<int32_t>(), inv_freq.data<float>(), rot_half,
                  plan.batch(), H, Hkv, Dh, q->data<float>(), k_cache->data<float>(),
                  v_cache->data<float>());
     return absl::OkStatus();
@@ -351,6 +384,27 @@ class CpuBackend final : public Backend {
     return absl::OkStatus();
   }
 
+  absl::Status SsmTreeConv(const Tensor& x, const Tensor& w, const Tensor& b,
+                           const SsmTreeBatch& batch, Tensor* states, Tensor* out) override {
+    return cpu::CheckedSsmTreeConv(x, w, b, batch, states, out);
+  }
+
+  absl::Status SsmTreeScan(const Tensor& xbc, const Tensor& dt_raw, const Tensor& A,
+                           const Tensor& dt_bias, const Tensor& D, const SsmScanParams& params,
+                           const SsmTreeBatch& batch, Tensor* states, Tensor* y) override {
+    return cpu::CheckedSsmTreeScan(xbc, dt_raw, A, dt_bias, D, params, batch, states, y, threads_);
+  }
+
+  absl::Status GateSumSquares(const Tensor& y, const Tensor& z, int64_t group, Tensor* g,
+                              Tensor* ss) override {
+    return cpu::CheckedGateSumSquares(y, z, group, g, ss);
+  }
+
+  absl::Status GroupRmsScale(const Tensor& g, const Tensor& ss, const Tensor& w, int64_t count,
+                             float eps, Tensor* out) override {
+    return cpu::CheckedGroupRmsScale(g, ss, w, count, eps, out);
+  }
+
   absl::Status ArgmaxRows(const Tensor& logits, std::vector<int32_t>* ids) override {
     TS_RETURN_IF_ERROR(CheckF32(logits, "argmax input"));
     const int64_t R = logits.dim(0), V = logits.dim(1);
@@ -376,6 +430,7 @@ class CpuBackend final : public Backend {
  private:
   const int threads_;
   const CpuWeights weights_;
+  std::shared_ptr<AllocCounter> counter_ = std::make_shared<AllocCounter>();
 };
 
 }  // namespace

@@ -87,6 +87,16 @@ absl::StatusOr<Tensor> CudaBackend::Scratch(DType dtype, Shape shape) {
   return Tensor(dtype, std::move(shape), DeviceKind::kCuda, std::move(storage), p);
 }
 
+absl::StatusOr<Tensor> CudaBackend::UploadIndex(const std::vector<int32_t>& host) {
+  TS_ASSIGN_OR_RETURN(Tensor t, Scratch(DType::kI32, {static_cast<int64_t>(host.size())}));
+  if (!host.empty()) {
+    // Pageable source: the call returns once `host` is staged, so it may go.
+    TS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(t.raw(), host.data(), host.size() * sizeof(int32_t),
+                                            cudaMemcpyHostToDevice, stream_));
+  }
+  return t;
+}
+
 absl::StatusOr<const CudaAttentionPlan*> CudaBackend::Plan(const AttentionPlan& plan) {
   const auto* p = dynamic_cast<const CudaAttentionPlan*>(&plan);
   if (p == nullptr) {

@@ -32,14 +32,17 @@ absl::Status CudaBackend::QkvRope(const Tensor& qkv, const Tensor& positions,
   TS_RETURN_IF_ERROR(Check(*k_cache, dtype_, "k_cache"));
   TS_RETURN_IF_ERROR(Check(*v_cache, dtype_, "v_cache"));
   const int64_t T = plan->batch().num_tokens();
+  // inv_freq [Rd / 2]: the first Rd <= Dh columns of each head rotate.
   if (q->rank() != 3 || k_cache->rank() != 3 || v_cache->shape() != k_cache->shape() ||
-      q->dim(0) != T || q->dim(2) != k_cache->dim(2) || q->dim(2) % 2 != 0 ||
+      q->dim(0) != T || q->dim(2) != k_cache->dim(2) || inv_freq.rank() != 1 ||
+      2 * inv_freq.numel() > q->dim(2) ||
       qkv.numel() != T * (q->dim(1) + 2 * k_cache->dim(1)) * q->dim(2) || positions.numel() != T ||
-      inv_freq.numel() != q->dim(2) / 2 || plan->max_slot >= k_cache->dim(0)) {
+      plan->max_slot >= k_cache->dim(0)) {
     return ShapeError("QkvRope", {&qkv, &positions, &inv_freq, q, k_cache});
   }
   TS_CUDA_RETURN_IF_ERROR(LaunchQkvRope(
-      dtype_, qkv.raw(), positions.data<int32_t>(), inv_freq.data<float>(), plan->token_slots, T,
+      dtype_, qkv.raw(), positions.data<int32_t>(), inv_freq.data<float>(),
+      static_cast<int>(inv_freq.numel()), plan->token_slots, T,
       static_cast<int>(q->dim(1)), static_cast<int>(k_cache->dim(1)), static_cast<int>(q->dim(2)),
       q->raw(), k_cache->raw(), v_cache->raw(), stream_));
   return absl::OkStatus();

@@ -7,6 +7,8 @@
 //                              GatherRows, CopyRows
 //   cuda_backend_attention.cc  PlanAttention, QkvRope, Attention
 //   cuda_backend_mamba.cc      MambaConv(Batch), MambaScan(Batch)
+//   cuda_backend_ssm_tree.cc   the Mamba-2 tree ops: SsmTreeConv, SsmTreeScan,
+//                              GateSumSquares, GroupRmsScale
 //   cuda_backend_sampling.cc   ArgmaxRows, ProcessLogitsRows
 //   cuda_backend_graphs.cc     CaptureGraph, ReplayGraph
 //
@@ -72,6 +74,11 @@ class CudaBackend final : public Backend {
   absl::Status Zero(Tensor* t) override;
   absl::Status FillUniform(Tensor* t, uint64_t seed, float scale) override;
   absl::Status Synchronize() override;
+  BackendMemoryStats memory_stats() const override {
+    const DeviceAllocator::Stats s = allocator_->stats();
+    return {static_cast<int64_t>(s.in_use_bytes), static_cast<int64_t>(s.peak_in_use_bytes)};
+  }
+  void ResetPeakMemory() override { allocator_->ResetPeak(); }
 
   // ---- dense ops (cuda_backend_dense.cc) ---------------------------------------------
   absl::Status Embedding(const Tensor& ids, const Tensor& table, Tensor* out) override;
@@ -109,6 +116,17 @@ class CudaBackend final : public Backend {
                               const Tensor& z, const Tensor& slots, Tensor* states,
                               Tensor* y) override;
 
+  // ---- Mamba-2 tree ops (cuda_backend_ssm_tree.cc) -----------------------------------
+  absl::Status SsmTreeConv(const Tensor& x, const Tensor& w, const Tensor& b,
+                           const SsmTreeBatch& batch, Tensor* states, Tensor* out) override;
+  absl::Status SsmTreeScan(const Tensor& xbc, const Tensor& dt_raw, const Tensor& A,
+                           const Tensor& dt_bias, const Tensor& D, const SsmScanParams& params,
+                           const SsmTreeBatch& batch, Tensor* states, Tensor* y) override;
+  absl::Status GateSumSquares(const Tensor& y, const Tensor& z, int64_t group, Tensor* g,
+                              Tensor* ss) override;
+  absl::Status GroupRmsScale(const Tensor& g, const Tensor& ss, const Tensor& w, int64_t count,
+                             float eps, Tensor* out) override;
+
   // ---- sampling (cuda_backend_sampling.cc) -------------------------------------------
   absl::Status ArgmaxRows(const Tensor& logits, std::vector<int32_t>* ids) override;
   absl::Status ProcessLogitsRows(const Tensor& logits, float temperature, int top_k, float top_p,
@@ -127,6 +145,8 @@ class CudaBackend final : public Backend {
   absl::StatusOr<const CudaAttentionPlan*> Plan(const AttentionPlan& plan);
   absl::Status CheckAll(std::initializer_list<const Tensor*> ts, const char* what);
   absl::Status CheckAllF32(std::initializer_list<const Tensor*> ts, const char* what);
+  // A device i32 copy of `host` (scratch; enqueued on the stream).
+  absl::StatusOr<Tensor> UploadIndex(const std::vector<int32_t>& host);
 
   const int device_;
   const DType dtype_;

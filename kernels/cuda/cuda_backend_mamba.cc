@@ -1,6 +1,6 @@
 // CudaBackend Mamba ops: the causal depthwise convolution and the selective
-// scan, for one sequence and for a batch of state slots.
-#include "absl/strings/str_cat.h"
+// scan, for one sequence and for a batch of state slots (the Mamba-2 tree
+// ops are in cuda_backend_ssm_tree.cc).
 #include "core/cuda/cuda_check.h"
 #include "core/util/status_macros.h"
 #include "kernels/cuda/cuda_backend_impl.h"

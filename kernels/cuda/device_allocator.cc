@@ -2,6 +2,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace treespec::cuda {
@@ -58,6 +60,7 @@ absl::StatusOr<std::shared_ptr<void>> DeviceAllocator::Allocate(size_t bytes) {
   {
     absl::MutexLock lock(&mu_);
     stats_.in_use_bytes += size;
+    stats_.peak_in_use_bytes = std::max(stats_.peak_in_use_bytes, stats_.in_use_bytes);
   }
   std::shared_ptr<DeviceAllocator> self = shared_from_this();
   return std::shared_ptr<void>(p, [self, size](void* q) { self->Release(q, size); });
@@ -90,6 +93,11 @@ void DeviceAllocator::ReleaseCached() {
 DeviceAllocator::Stats DeviceAllocator::stats() const {
   absl::MutexLock lock(&mu_);
   return stats_;
+}
+
+void DeviceAllocator::ResetPeak() {
+  absl::MutexLock lock(&mu_);
+  stats_.peak_in_use_bytes = stats_.in_use_bytes;
 }
 
 }  // namespace treespec::cuda

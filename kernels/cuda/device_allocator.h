@@ -30,6 +30,7 @@ class DeviceAllocator : public std::enable_shared_from_this<DeviceAllocator> {
  public:
   struct Stats {
     size_t in_use_bytes = 0;
+    size_t peak_in_use_bytes = 0;  // the most in use at once since ResetPeak
     size_t cached_bytes = 0;
     int64_t num_mallocs = 0;
   };
@@ -43,6 +44,8 @@ class DeviceAllocator : public std::enable_shared_from_this<DeviceAllocator> {
   // Returns every cached block to the driver (cudaFree synchronises).
   void ReleaseCached();
   Stats stats() const;
+  // peak_in_use_bytes = in_use_bytes.
+  void ResetPeak();
 
   static size_t SizeClass(size_t bytes);
 

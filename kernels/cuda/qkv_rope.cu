@@ -4,19 +4,25 @@
 namespace treespec::cuda {
 namespace {
 
-// One block per token. Work items 0 .. (H + Hkv)·half-1 rotate one (head, i)
-// pair of q or k; the next Hkv·Dh copy v.
+// One block per token. Work items 0 .. (H + Hkv)·half - 1 rotate one (head,
+// i) pair of q or k (columns i and i + half, i < half = Rd / 2); the next
+// (H + Hkv)·(Dh - 2·half) copy the unrotated columns of q and k (partial
+// rotary); the last Hkv·Dh copy v.
 template <typename T>
 __global__ void QkvRopeKernel(const T* qkv, const int32_t* positions, const float* inv_freq,
-                              const int32_t* token_slots, int H, int Hkv, int Dh, T* q,
+                              const int32_t* token_slots, int H, int Hkv, int Dh, int half, T* q,
                               T* k_cache, T* v_cache) {
   const int64_t t = blockIdx.x;
-  const int half = Dh / 2;
   const T* src = qkv + t * static_cast<int64_t>(H + 2 * Hkv) * Dh;
   const float pos = static_cast<float>(positions[t]);
   const int64_t slot = token_slots[t];
+  const int rest = Dh - 2 * half;
   const int num_rot = (H + Hkv) * half;
-  const int total = num_rot + Hkv * Dh;
+  const int num_pass = (H + Hkv) * rest;
+  const int total = num_rot + num_pass + Hkv * Dh;
+  auto dst = [&](int head) {
+    return head < H ? q + (t * H + head) * Dh : k_cache + (slot * Hkv + (head - H)) * Dh;
+  };
   for (int e = threadIdx.x; e < total; e += blockDim.x) {
     if (e < num_rot) {
       const int head = e / half, i = e % half;
@@ -24,12 +30,15 @@ __global__ void QkvRopeKernel(const T* qkv, const int32_t* positions, const floa
       sincosf(pos * inv_freq[i], &s, &c);
       const T* x = src + head * Dh;
       const float x1 = ToF(x[i]), x2 = ToF(x[i + half]);
-      T* y = head < H ? q + (t * H + head) * Dh
-                      : k_cache + (slot * Hkv + (head - H)) * Dh;
+      T* y = dst(head);
       y[i] = FromF<T>(x1 * c - x2 * s);
       y[i + half] = FromF<T>(x2 * c + x1 * s);
-    } else {
+    } else if (e < num_rot + num_pass) {
       const int f = e - num_rot;
+      const int head = f / rest, d = 2 * half + f % rest;
+      dst(head)[d] = src[head * Dh + d];
+    } else {
+      const int f = e - num_rot - num_pass;
       const int g = f / Dh, d = f % Dh;
       v_cache[(slot * Hkv + g) * Dh + d] = src[(H + Hkv + g) * Dh + d];
     }
@@ -39,14 +48,15 @@ __global__ void QkvRopeKernel(const T* qkv, const int32_t* positions, const floa
 }  // namespace
 
 cudaError_t LaunchQkvRope(DType dtype, const void* qkv, const int32_t* positions,
-                          const float* inv_freq, const int32_t* token_slots, int64_t T, int H,
-                          int Hkv, int Dh, void* q, void* k_cache, void* v_cache,
+                          const float* inv_freq, int rot_half, const int32_t* token_slots,
+                          int64_t T, int H, int Hkv, int Dh, void* q, void* k_cache, void* v_cache,
                           cudaStream_t stream) {
+  if (rot_half < 0 || 2 * rot_half > Dh) return cudaErrorInvalidValue;
   if (T == 0) return cudaSuccess;
   return DispatchFloat(dtype, [&](auto tag) {
     using V = decltype(tag);
     QkvRopeKernel<V><<<static_cast<unsigned>(T), 256, 0, stream>>>(
-        static_cast<const V*>(qkv), positions, inv_freq, token_slots, H, Hkv, Dh,
+        static_cast<const V*>(qkv), positions, inv_freq, token_slots, H, Hkv, Dh, rot_half,
         static_cast<V*>(q), static_cast<V*>(k_cache), static_cast<V*>(v_cache));
     return cudaGetLastError();
   });

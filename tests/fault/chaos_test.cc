@@ -5,7 +5,8 @@
 //    clients stream without pause: no request fails, every greedy stream is
 //    token for token the plain greedy output, steps fell back while the
 //    drafter was away and drafted again after it came back, and nothing is
-//    left open on the worker or the drafter afterwards;
+//    left open on the worker or the drafter afterwards; once with the
+//    drafter's defaults and once with draft-ahead in every step;
 //  - one worker group of two is SIGKILLed under load: only the requests it
 //    was serving fail, with UNAVAILABLE naming it; the others complete
 //    exactly, and requests sent right after the kill all go to the survivor;
@@ -123,8 +124,9 @@ std::string Failures(LoadClients& load) {
 
 // ---------------------------------------------------------------- a
 
-TEST(ChaosTest, DrafterKilledAndRestartedEveryFewSecondsFailsNoRequest) {
-  auto drafter = StartDrafterProcess("mamba", kMambaModel);
+// `flags`: extra treespec-drafter flags (the same at every restart).
+void DrafterKilledAndRestartedEveryFewSeconds(const std::vector<std::string>& flags) {
+  auto drafter = StartDrafterProcess("mamba", kMambaModel, "127.0.0.1:0", flags);
   ASSERT_TRUE(drafter.ok()) << drafter.status();
   const std::string drafter_address = (*drafter)->address();
   auto worker = InProcessWorker::Start();
@@ -150,7 +152,7 @@ TEST(ChaosTest, DrafterKilledAndRestartedEveryFewSecondsFailsNoRequest) {
     const int status = (*drafter)->Stop(SIGKILL);
     ASSERT_TRUE(WIFSIGNALED(status)) << "cycle " << cycle << ": wait status " << status;
     std::this_thread::sleep_for(milliseconds(700));
-    drafter = StartDrafterProcess("mamba", kMambaModel, drafter_address);
+    drafter = StartDrafterProcess("mamba", kMambaModel, drafter_address, flags);
     ASSERT_TRUE(drafter.ok()) << "cycle " << cycle << ": " << drafter.status();
   }
   // The drafter stays up from here: the coordinator re-opens its sequences
@@ -180,6 +182,16 @@ TEST(ChaosTest, DrafterKilledAndRestartedEveryFewSecondsFailsNoRequest) {
   EXPECT_TRUE(Eventually([&] { return DrafterSequences(drafter_stub.get()) == 0; },
                          milliseconds(10000)))
       << DrafterSequences(drafter_stub.get()) << " sequences left on the drafter";
+}
+
+TEST(ChaosTest, DrafterKilledAndRestartedEveryFewSecondsFailsNoRequest) {
+  DrafterKilledAndRestartedEveryFewSeconds({});
+}
+
+// The same with draft-ahead (off by default on CPU drafters), in every step:
+// kills land with ahead calls and their commits in flight.
+TEST(ChaosTest, DraftAheadDrafterKilledAndRestartedEveryFewSecondsFailsNoRequest) {
+  DrafterKilledAndRestartedEveryFewSeconds({"--draft_ahead=1", "--predraft_max_batch=0"});
 }
 
 // ---------------------------------------------------------------- b

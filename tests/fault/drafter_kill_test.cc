@@ -1,6 +1,7 @@
 // Fault tests with services as real processes (build/bin/treespec-*):
 //  - SIGKILL the drafter mid-stream: the stream completes with OK, token for
-//    token the plain greedy output, and its stats count fallback steps;
+//    token the plain greedy output, and its stats count fallback steps (also
+//    with draft-ahead on, its calls in flight);
 //  - restart a drafter on the same port: later requests use it again;
 //  - SIGKILL a worker: its in-flight requests end with UNAVAILABLE naming
 //    the worker, a request on another worker is untouched, and new requests
@@ -32,8 +33,10 @@ constexpr int kLong = 150;  // tokens of the streams that are interrupted
 
 class DrafterKillTest : public ::testing::Test {
  protected:
+  // Extra treespec-drafter flags.
+  virtual std::vector<std::string> DrafterFlags() const { return {}; }
   void SetUp() override {
-    auto d = StartDrafterProcess("mamba", kMambaModel);
+    auto d = StartDrafterProcess("mamba", kMambaModel, "127.0.0.1:0", DrafterFlags());
     ASSERT_TRUE(d.ok()) << d.status();
     drafter_ = std::move(*d);
     auto w = InProcessWorker::Start();
@@ -94,6 +97,41 @@ TEST_F(DrafterKillTest, KilledDrafterFallsBackToPlainDecoding) {
   EXPECT_EQ(plain.ids, GreedyReference({prompt}, 12)[0]);
   EXPECT_EQ(plain.final_chunk.speculation().fallback_steps(),
             plain.final_chunk.speculation().steps());
+}
+
+// Draft-ahead on (off by default on CPU drafters): the kill lands while an
+// ahead call, or the commit of a candidate being verified, is in flight.
+class DraftAheadKillTest : public DrafterKillTest {
+ protected:
+  std::vector<std::string> DrafterFlags() const override {
+    return {"--draft_ahead=1", "--predraft_max_batch=0"};
+  }
+};
+
+TEST_F(DraftAheadKillTest, KilledDrafterFallsBackToPlainDecoding) {
+  const std::vector<int32_t> prompt = TestPrompt(52);
+  const auto expected = GreedyReference({prompt}, kLong)[0];
+  // Before the kill: candidates are asked for and used.
+  GenerateResult warm = RunGenerate(stub_.get(), MakeRequest(prompt, 40, "mamba", "chain:3"));
+  ASSERT_TRUE(warm.status.ok()) << warm.status.error_message();
+  EXPECT_GT(warm.final_chunk.speculation().draft_ahead_steps(), 0)
+      << warm.final_chunk.speculation().ShortDebugString();
+  std::atomic<int> chunks{0};
+  GenerateResult r;
+  std::jthread reader([&] {
+    GenerateOptions o;
+    o.on_chunk = [&](const GenerateResult&) { chunks.fetch_add(1); };
+    r = RunGenerate(stub_.get(), MakeRequest(prompt, kLong, "mamba", "chain:3"), o);
+  });
+  ASSERT_TRUE(Eventually([&] { return chunks.load() >= 5; }, milliseconds(10000)));
+  const int status = drafter_->Stop(SIGKILL);
+  EXPECT_TRUE(WIFSIGNALED(status)) << "wait status " << status;
+  reader.join();
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.ids, expected);
+  const v1::SpeculationStats& s = r.final_chunk.speculation();
+  EXPECT_GT(s.fallback_steps(), 0);
+  EXPECT_EQ(s.accepted_tokens() + s.steps(), kLong - 1);
 }
 
 TEST_F(DrafterKillTest, RestartedDrafterIsUsedAgain) {

@@ -1,6 +1,7 @@
 // libFuzzer target: config.json text through ParseModelConfig, and for every
-// accepted Llama config the quantities derived from it (RoPE frequencies,
-// attention factor, exact-position limit, parameter count).
+// accepted config the quantities derived from it (Llama: RoPE frequencies,
+// attention factor, exact-position limit, parameter count; Mamba: parameter
+// count; Mamba-2 / hybrid: parameter count, conv channels, RoPE frequencies).
 #include <cstdint>
 #include <string>
 
@@ -17,8 +18,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     treespec::fuzz::Consume(static_cast<size_t>(llama.RopeAttentionFactor()));
     treespec::fuzz::Consume(static_cast<size_t>(llama.MaxExactPosition()));
     treespec::fuzz::Consume(static_cast<size_t>(llama.NumParameters()));
-  } else {
+  } else if (config->arch == treespec::Architecture::kMamba) {
     treespec::fuzz::Consume(static_cast<size_t>(config->mamba.NumParameters()));
+  } else {
+    const treespec::HybridConfig& hybrid = config->hybrid;
+    treespec::fuzz::Consume(static_cast<size_t>(hybrid.NumParameters()));
+    treespec::fuzz::Consume(static_cast<size_t>(hybrid.conv_dim()));
+    if (hybrid.num_attention_layers() > 0) treespec::fuzz::Consume(hybrid.attn.InvFreq().size());
   }
   return 0;
 }

@@ -227,11 +227,11 @@ v1::GenerateRequest MakeRequest(const std::vector<int32_t>& prompt, int32_t max_
 }
 
 std::vector<std::vector<int32_t>> GreedyReference(const std::vector<std::vector<int32_t>>& prompts,
-                                                  int max_tokens) {
+                                                  int max_tokens, const std::string& model) {
   std::vector<std::vector<int32_t>> out(prompts.size());
   size_t longest = 0;
   for (const auto& p : prompts) longest = std::max(longest, p.size());
-  auto local = LocalModel::Load(FixtureModel(kTargetModel), "cpu",
+  auto local = LocalModel::Load(FixtureModel(model), "cpu",
                                 static_cast<int64_t>(std::max<size_t>(prompts.size(), 1)),
                                 static_cast<int64_t>(longest) + max_tokens + 1);
   EXPECT_TRUE(local.ok()) << local.status();

@@ -170,9 +170,11 @@ v1::GenerateRequest MakeRequest(const std::vector<int32_t>& prompt, int32_t max_
 
 // The target's plain greedy continuation of each prompt (max_tokens tokens,
 // EOS ignored), decoded in process by LocalModel: the reference streams are
-// compared with. Fails the calling test on error.
+// compared with. `model`: a fixture name or a directory. Fails the calling
+// test on error.
 std::vector<std::vector<int32_t>> GreedyReference(const std::vector<std::vector<int32_t>>& prompts,
-                                                  int max_tokens);
+                                                  int max_tokens,
+                                                  const std::string& model = kTargetModel);
 
 // Deterministic distinct prompts of a few in-vocabulary token ids.
 std::vector<int32_t> TestPrompt(int index, int length = 6);

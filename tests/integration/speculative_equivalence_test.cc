@@ -3,7 +3,9 @@
 // (a chain, fixed trees, the "auto" bandit) streams exactly the tokens that
 // plain greedy decoding (drafter "none") streams, alone and with 8 concurrent
 // requests. A drafter that is the target itself gets every draft accepted; a
-// drafter that proposes garbage still yields exactly the plain output.
+// drafter that proposes garbage still yields exactly the plain output. All of
+// it with draft-ahead on (the default): hits verify candidate trees the
+// drafter prepared during the previous Verify.
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -53,6 +55,8 @@ class SpeculativeEquivalenceTest : public GreedyEquivalenceSuite<SpeculativeEqui
     EXPECT_NEAR(s.mean_accepted_length(),
                 static_cast<double>(s.accepted_tokens() + s.steps()) / s.steps(), 1e-9)
         << what;
+    EXPECT_LE(s.draft_ahead_hits(), s.draft_ahead_steps()) << what;
+    EXPECT_LE(s.draft_ahead_steps(), s.steps()) << what;
   }
 
  protected:
@@ -149,6 +153,13 @@ TEST_F(SpeculativeEquivalenceTest, SelfDrafterGetsEveryTokenAccepted) {
       if (generated_by_steps % (shape.depth + 1) == 0) {
         EXPECT_DOUBLE_EQ(s.mean_accepted_length(), full) << shape.tree;
       }
+      // Draft-ahead (on by default) verifies some steps' candidates without
+      // a Draft call. Not every step's: the drafter ranks outcomes by its own
+      // probabilities, and the fixture's random weights are flat enough that
+      // a shallow outcome (an unlisted bonus at the root) can outrank the
+      // full path it accepts (about 70% hits when written).
+      EXPECT_GT(s.draft_ahead_hits(), 0) << shape.tree << " " << s.ShortDebugString();
+      EXPECT_LE(s.draft_ahead_hits(), s.draft_ahead_steps()) << shape.tree;
     }
   }
 }

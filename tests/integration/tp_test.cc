@@ -8,6 +8,7 @@
 //  - greedy speculative decoding through a TP = 2 group (coordinator +
 //    mamba drafter, and the target as its own drafter, which accepts long
 //    paths and so exercises KV compaction on every rank) equals plain greedy;
+//    also for Mamba-2 and Mamba-2 + attention targets (activation replay);
 //  - killing a rank: the group reports NOT_SERVING within a bounded time, its
 //    in-flight request ends with UNAVAILABLE naming the rank, its RPCs fail
 //    fast, and the coordinator sends new requests to a second healthy group;
@@ -400,6 +401,44 @@ TEST(TpTest, GreedySpeculativeEqualsPlainGreedy) {
   GenerateResult self_alone = RunGenerate(stub.get(), MakeRequest(prompts[0], kTokens, "self", "chain:4"));
   ASSERT_TRUE(self_alone.has_final);
   EXPECT_GT(self_alone.final_chunk.speculation().accepted_tokens(), kTokens / 2);
+}
+
+// Mamba-2 (B / C groups split over the ranks) and the Mamba-2 + attention
+// hybrid (one group, replicated; attention heads split) as TP = 2 targets: the
+// ranks replay every tree pass, CommitPath (activation replay on each rank's
+// heads) and KV compaction from the step log, and greedy speculative decoding
+// with the target drafting for itself equals plain greedy.
+TEST(TpTest, HybridTargetsGreedySpeculativeEqualsPlainGreedy) {
+  for (const std::string target : {"tiny_mamba2", "tiny_bamba"}) {
+    auto group = Group::Start(2, 3, target);
+    ASSERT_TRUE(group.ok()) << target << ": " << group.status();
+    DrafterConfig self_config;
+    self_config.kind = target == "tiny_mamba2" ? "mamba" : "transformer";
+    self_config.model = target;
+    auto self = InProcessDrafter::Start(self_config);
+    ASSERT_TRUE(self.ok()) << self.status();
+    CoordinatorConfig cc;
+    cc.workers = {(*group)->address};
+    cc.drafters = {{"self", (*self)->address()}};
+    auto coordinator = InProcessCoordinator::Start(std::move(cc));
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+    auto stub = (*coordinator)->NewStub();
+    constexpr int kTokens = 24;
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < 3; ++i) prompts.push_back(TestPrompt(i, 4 + 2 * i));
+    const std::vector<std::vector<int32_t>> want = GreedyReference(prompts, kTokens, target);
+    std::vector<v1::GenerateRequest> requests;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      requests.push_back(MakeRequest(prompts[i], kTokens, "self", "3,2,1"));
+      requests.push_back(MakeRequest(prompts[i], kTokens, "none"));
+    }
+    std::vector<GenerateResult> results = RunConcurrently(stub.get(), requests);
+    for (size_t k = 0; k < results.size(); ++k) {
+      ASSERT_TRUE(results[k].status.ok()) << target << " request " << k << ": "
+                                          << results[k].status.error_message();
+      EXPECT_EQ(results[k].ids, want[k / 2]) << target << " request " << k;
+    }
+  }
 }
 
 // EAGLE, EAGLE-3 and ReDrafter heads read rank 0's hidden states (features after the

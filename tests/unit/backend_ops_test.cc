@@ -8,6 +8,10 @@
 // are poisoned with NaN first, so an element the op never writes fails. A
 // result passes when |a - ref| <= atol + rtol·|ref| with (atol, rtol) chosen
 // per storage dtype: tight for f32, looser for f16, loosest for bf16.
+//
+// The Mamba-2 tree ops (SsmTreeConv, SsmTreeScan, GateSumSquares,
+// GroupRmsScale) are tested the same way, on the same backends, with their
+// batches in ssm_tree_ops_test.cc.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -194,6 +198,29 @@ TEST_P(BackendOpsTest, FillUniformIsTheSameFormulaEverywhere) {
       ASSERT_LE(std::fabs(got[i]), Round(0.05, dtype));
     }
   }
+}
+
+TEST_P(BackendOpsTest, MemoryStatsCountLiveTensorsAndThePeak) {
+  const BackendMemoryStats start = be_->memory_stats();
+  be_->ResetPeakMemory();
+  EXPECT_EQ(be_->memory_stats().peak_bytes, start.in_use_bytes);
+  int64_t held = 0;
+  {
+    auto a = be_->Alloc(DType::kF32, {1000, 64});  // 256000 bytes
+    ASSERT_TRUE(a.ok());
+    Tensor view = a->Rows(10, 20);  // a view keeps the allocation counted
+    auto b = be_->Alloc(DType::kF32, {16});
+    ASSERT_TRUE(b.ok());
+    held = be_->memory_stats().in_use_bytes - start.in_use_bytes;
+    EXPECT_GE(held, 256000 + 64);
+    EXPECT_LE(held, 2 * (256000 + 64) + 512);  // CUDA rounds up to size classes
+    *a = Tensor();
+    EXPECT_EQ(be_->memory_stats().in_use_bytes - start.in_use_bytes, held);
+  }
+  EXPECT_EQ(be_->memory_stats().in_use_bytes, start.in_use_bytes);
+  EXPECT_EQ(be_->memory_stats().peak_bytes, start.in_use_bytes + held);
+  be_->ResetPeakMemory();
+  EXPECT_EQ(be_->memory_stats().peak_bytes, start.in_use_bytes);
 }
 
 // ---- dense ops -----------------------------------------------------------------
@@ -610,48 +637,65 @@ TEST_P(BackendOpsTest, AttentionSlidingWindow) {
   }
 }
 
+// Full rotary (Rd = Dh) and partial rotary (Bamba: Rd < Dh, the columns past
+// Rd copied), inv_freq [Rd / 2].
 TEST_P(BackendOpsTest, QkvRopeWritesPagedCache) {
   const int H = 4, Hkv = 2, Dh = 16, bs = 4, blocks = 11;
   const std::vector<SeqSpec> seqs = {{5, 3, {}}, {2, 6, {-1, 0, 0, 1, 2, 2}}, {3, 2, {-1, 0, 1}, 1}};
   AttentionBatch batch = MakeBatch(seqs, bs, blocks, 41);
   const int T = batch.num_tokens(), slots = blocks * bs;
   const int W = (H + 2 * Hkv) * Dh;
-  Tensor qkv = Make(Rand(T * W, 42), {T, W});
-  std::vector<int32_t> pos(T);
-  std::mt19937 rng(43);
-  for (int32_t& p : pos) p = std::uniform_int_distribution<int>(0, 4000)(rng);
-  std::vector<float> inv(Dh / 2);
-  for (int i = 0; i < Dh / 2; ++i) inv[i] = std::pow(10000.0f, -2.0f * i / Dh);
-  Tensor inv_t = MakeAs(inv, {Dh / 2}, DType::kF32);
-  Tensor kc = Make(Rand(slots * Hkv * Dh, 44), {slots, Hkv, Dh});
-  Tensor vc = Make(Rand(slots * Hkv * Dh, 45), {slots, Hkv, Dh});
-  std::vector<double> x = Get(qkv), kref = Get(kc), vref = Get(vc), qref(T * H * Dh);
-  auto rotate = [&](const double* in, int32_t p, double* out) {
-    for (int i = 0; i < Dh / 2; ++i) {
-      const double angle = static_cast<float>(p) * inv[i];  // float angle, as specified
-      const double c = std::cos(angle), s = std::sin(angle);
-      out[i] = in[i] * c - in[i + Dh / 2] * s;
-      out[i + Dh / 2] = in[i + Dh / 2] * c + in[i] * s;
-    }
-  };
-  for (int s = 0; s < batch.num_seqs; ++s) {
-    for (int i = 0; i < batch.num_new(s); ++i) {
-      const int t = batch.query_start[s] + i;
-      const int slot = batch.Slot(s, batch.Position(s, i));
-      for (int h = 0; h < H; ++h) rotate(&x[t * W + h * Dh], pos[t], &qref[(t * H + h) * Dh]);
-      for (int g = 0; g < Hkv; ++g) {
-        rotate(&x[t * W + (H + g) * Dh], pos[t], &kref[(slot * Hkv + g) * Dh]);
-        for (int d = 0; d < Dh; ++d) vref[(slot * Hkv + g) * Dh + d] = x[t * W + (H + Hkv + g) * Dh + d];
+  for (int half : {Dh / 2, Dh / 4, 3}) {
+    SCOPED_TRACE("rotary dims " + std::to_string(2 * half) + " of " + std::to_string(Dh));
+    Tensor qkv = Make(Rand(T * W, 42), {T, W});
+    std::vector<int32_t> pos(T);
+    std::mt19937 rng(43);
+    for (int32_t& p : pos) p = std::uniform_int_distribution<int>(0, 4000)(rng);
+    std::vector<float> inv(half);
+    for (int i = 0; i < half; ++i) inv[i] = std::pow(10000.0f, -static_cast<float>(i) / half);
+    Tensor inv_t = MakeAs(inv, {half}, DType::kF32);
+    Tensor kc = Make(Rand(slots * Hkv * Dh, 44), {slots, Hkv, Dh});
+    Tensor vc = Make(Rand(slots * Hkv * Dh, 45), {slots, Hkv, Dh});
+    std::vector<double> x = Get(qkv), kref = Get(kc), vref = Get(vc), qref(T * H * Dh);
+    auto rotate = [&](const double* in, int32_t p, double* out) {
+      for (int d = 2 * half; d < Dh; ++d) out[d] = in[d];
+      for (int i = 0; i < half; ++i) {
+        const double angle = static_cast<float>(p) * inv[i];  // float angle, as specified
+        const double c = std::cos(angle), s = std::sin(angle);
+        out[i] = in[i] * c - in[i + half] * s;
+        out[i + half] = in[i + half] * c + in[i] * s;
+      }
+    };
+    for (int s = 0; s < batch.num_seqs; ++s) {
+      for (int i = 0; i < batch.num_new(s); ++i) {
+        const int t = batch.query_start[s] + i;
+        const int slot = batch.Slot(s, batch.Position(s, i));
+        for (int h = 0; h < H; ++h) rotate(&x[t * W + h * Dh], pos[t], &qref[(t * H + h) * Dh]);
+        for (int g = 0; g < Hkv; ++g) {
+          rotate(&x[t * W + (H + g) * Dh], pos[t], &kref[(slot * Hkv + g) * Dh]);
+          for (int d = 0; d < Dh; ++d) vref[(slot * Hkv + g) * Dh + d] = x[t * W + (H + Hkv + g) * Dh + d];
+        }
       }
     }
+    auto plan = be_->PlanAttention(batch);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    Tensor q = Out({T, H, Dh});
+    ASSERT_TRUE(be_->QkvRope(qkv, MakeI32(pos), inv_t, **plan, &q, &kc, &vc).ok());
+    ExpectClose(q, qref, "rope q");
+    ExpectClose(kc, kref, "rope k cache");
+    ExpectClose(vc, vref, "v cache", {0, 0});
   }
+  // More rotary dims than the head has.
   auto plan = be_->PlanAttention(batch);
   ASSERT_TRUE(plan.ok()) << plan.status();
   Tensor q = Out({T, H, Dh});
-  ASSERT_TRUE(be_->QkvRope(qkv, MakeI32(pos), inv_t, **plan, &q, &kc, &vc).ok());
-  ExpectClose(q, qref, "rope q");
-  ExpectClose(kc, kref, "rope k cache");
-  ExpectClose(vc, vref, "v cache", {0, 0});
+  Tensor kc = Out({slots, Hkv, Dh}), vc = Out({slots, Hkv, Dh});
+  std::vector<int32_t> pos(T, 1);
+  EXPECT_EQ(be_->QkvRope(Make(Rand(T * W, 46), {T, W}), MakeI32(pos),
+                         MakeAs(std::vector<float>(Dh / 2 + 1, 1.0f), {Dh / 2 + 1}, DType::kF32),
+                         **plan, &q, &kc, &vc)
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // ---- Mamba ------------------------------------------------------------------------

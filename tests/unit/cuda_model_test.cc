@@ -1,7 +1,9 @@
 // Whole-model checks of the CUDA backend (ctest label `gpu`; every test skips
 // itself without a GPU): logits of the tiny fixture models on CUDA (f16 and
 // bf16 storage) against the CPU backend, tree verification against sequential
-// decoding on the GPU, and Mamba's graph-captured step against its eager step.
+// decoding on the GPU, Mamba's graph-captured step against its eager step, and
+// the Mamba-2 / Bamba fixtures through the tree scan and activation replay
+// (trees, CommitPath, chains longer than the CUDA scan's chunk).
 //
 // Logits are compared row by row as max|a - ref| <= atol + rtol · max|ref|
 // (the row's scale), with bounds per storage dtype. The measured error is
@@ -19,6 +21,7 @@
 #include "core/model/kv_cache.h"
 #include "core/model/llama.h"
 #include "core/model/mamba.h"
+#include "core/model/sequence_model.h"
 #include "core/model/ssm_state.h"
 #include "core/model/weight_loader.h"
 #include "core/tensor/backend.h"
@@ -218,6 +221,83 @@ TEST_P(GpuModelTest, MambaFixtureLogitsMatchCpu) {
     logits[i] = RunMamba(model->get(), pool->get(), /*graphs=*/false);
   }
   Report("mamba tiny_mamba", ExpectLogitsClose(logits[1], logits[0], 128, bound_, "tiny_mamba"));
+}
+
+// A 70-token prompt (deeper than the CUDA tree scan's chunk of 64 rows),
+// decode steps, a token tree, CommitPath (activation replay), part of a chain
+// committed (replay again), and two sequences batched with trees; returns all
+// logits and, for a pure Mamba-2 model, the committed state after the first
+// CommitPath in `state`.
+std::vector<float> RunHybrid(SequenceModel* model, std::vector<float>* state) {
+  std::vector<float> all;
+  ForwardOutput fo;
+  auto forward = [&](const std::vector<ForwardSeq>& seqs) {
+    absl::Status st = model->Forward(seqs, &fo);
+    EXPECT_TRUE(st.ok()) << st;
+    all.insert(all.end(), fo.logits.begin(), fo.logits.end());
+  };
+  auto ok = [](const absl::Status& st) { EXPECT_TRUE(st.ok()) << st; };
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 70; ++i) prompt.push_back((i * 37 + 11) % 128);
+  const absl::StatusOr<int64_t> a = model->Open(160), b = model->Open(64);
+  EXPECT_TRUE(a.ok() && b.ok());
+  if (!a.ok() || !b.ok()) return all;
+  forward({{*a, prompt, {}, LogitsMode::kAll}});
+  ok(model->Commit(*a, static_cast<int64_t>(prompt.size())));
+  for (int32_t t : {7, 100, 12}) {
+    forward({{*a, {t}, {}, LogitsMode::kLast}});
+    ok(model->Commit(*a, 1));
+  }
+  const std::vector<int32_t> tree = {9, 10, 11, 12, 13, 14, 15, 16};
+  const std::vector<int32_t> parents = {-1, 0, 0, 1, 1, 2, 3, 6};
+  forward({{*a, tree, parents, LogitsMode::kAll}});
+  ok(model->CommitPath(*a, {0, 1, 3, 6, 7}));
+  if (model->info().is_recurrent) {
+    absl::StatusOr<SequenceSnapshot> snap = model->SnapshotState(*a);
+    EXPECT_TRUE(snap.ok()) << snap.status();
+    if (snap.ok()) *state = snap->data;
+  }
+  forward({{*b, {5, 6, 7, 8}, {}, LogitsMode::kAll}, {*a, {20, 21, 22}, {}, LogitsMode::kAll}});
+  ok(model->Commit(*b, 4));
+  ok(model->Commit(*a, 2));
+  forward({{*a, tree, parents, LogitsMode::kAll}, {*b, tree, parents, LogitsMode::kAll}});
+  ok(model->CommitPath(*a, {0, 2, 5}));
+  ok(model->CommitPath(*b, {0, 1, 4}));
+  forward({{*a, {30}, {}, LogitsMode::kLast}, {*b, {31}, {}, LogitsMode::kLast}});
+  model->Release(*a);
+  model->Release(*b);
+  return all;
+}
+
+TEST_P(GpuModelTest, Mamba2AndBambaFixtureLogitsMatchCpu) {
+  for (const char* name : {"tiny_mamba2", "tiny_mamba2_f16", "tiny_mamba2_bf16", "tiny_bamba",
+                           "tiny_bamba_f16", "tiny_bamba_bf16"}) {
+    SCOPED_TRACE(name);
+    const std::string dir = FixtureDir(name);
+    if (!std::filesystem::exists(dir + "/config.json")) {
+      ADD_FAILURE() << "fixture missing: " << dir;
+      continue;
+    }
+    SequenceModelOptions options;
+    options.kv_blocks = 64;
+    options.kv_block_size = 8;
+    options.max_sequences = 4;
+    options.max_tail_nodes = 16;
+    std::vector<float> logits[2], state[2];
+    Backend* backends[2] = {cpu_.get(), gpu_.get()};
+    for (int i = 0; i < 2; ++i) {
+      auto model = LoadSequenceModel(dir, backends[i], nullptr, options);
+      ASSERT_TRUE(model.ok()) << model.status();
+      logits[i] = RunHybrid(model->get(), &state[i]);
+    }
+    ASSERT_FALSE(logits[0].empty());
+    Report(std::string("hybrid ") + name, ExpectLogitsClose(logits[1], logits[0], 128, bound_, name));
+    if (!state[0].empty()) {  // one "row": the whole replayed state, against its largest value
+      Report(std::string("replayed state ") + name,
+             ExpectLogitsClose(state[1], state[0], static_cast<int64_t>(state[0].size()), bound_,
+                               std::string(name) + " state after CommitPath"));
+    }
+  }
 }
 
 // The captured step replays the same kernels on the same buffers, so graph and

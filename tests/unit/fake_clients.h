@@ -7,7 +7,12 @@
 // checks and "already open" / "not open" errors like the real worker, and
 // rejects malformed trees with INVALID_ARGUMENT. FakeDrafter proposes chains
 // of FakeNext (a perfect drafter) unless told to fail or to send malformed
-// trees. Knobs and observations are thread-safe.
+// trees. It drafts ahead (DraftRequest.ahead) like the real drafter: per
+// item, candidates for the outcomes "every drafted token accepted" (right for
+// a good drafter) and "none accepted, a bonus nobody predicts" (never right),
+// best first, each the chain a Draft with those new tokens returns; it checks
+// the items' steps and answers omit_tree commits without their tree. Knobs
+// and observations are thread-safe.
 #pragma once
 
 #include <atomic>
@@ -250,6 +255,13 @@ class FakeDrafter {
   // kUseless: well-formed chains the worker never accepts.
   enum class Mode { kGood, kFailRpc, kMalformed, kUseless };
   std::atomic<Mode> mode{Mode::kGood};
+  // Draft-ahead: the most candidates per item it reports (0: it does not
+  // draft ahead), a failure of every call with ahead items, a delay of those
+  // calls, and every how many items it leaves the right outcome out (0: never).
+  std::atomic<int> ahead_candidates{2};
+  std::atomic<bool> fail_ahead{false};
+  std::atomic<int> ahead_delay_ms{0};
+  std::atomic<int> ahead_miss_every{0};
 
   absl::StatusOr<v1::DrafterOpenResponse> Open(const v1::DrafterOpenRequest& req) {
     absl::MutexLock lock(&mu_);
@@ -269,8 +281,12 @@ class FakeDrafter {
   }
 
   absl::StatusOr<v1::DraftResponse> Draft(const v1::DraftRequest& req) {
+    if (req.ahead_size() > 0 && ahead_delay_ms.load() > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ahead_delay_ms.load()));
+    }
     absl::MutexLock lock(&mu_);
     if (mode.load() == Mode::kFailRpc) return absl::UnavailableError("drafter down");
+    if (req.ahead_size() > 0 && fail_ahead.load()) return absl::UnavailableError("drafter down");
     v1::DraftResponse resp;
     int deepest = 0;
     for (const v1::DraftSequence& d : req.sequences()) {
@@ -279,25 +295,21 @@ class FakeDrafter {
       r->set_step(d.step());
       if (!d.catch_up()) shapes_[d.tree()] += 1;
       catch_ups_ += d.catch_up();
+      commits_ += d.omit_tree();
       auto it = open_.find(d.sequence_id());
       if (it == open_.end() || it->second != d.step() || d.new_tokens_size() == 0) {
-        ToProto(absl::FailedPreconditionError("not open or out of order"), r->mutable_status());
+        ToProto(absl::AbortedError("not open or out of order"), r->mutable_status());
         continue;
       }
       it->second += 1;
       absl::StatusOr<TreeShape> shape = TreeShape::Parse(d.tree());
       const int depth = d.catch_up() ? 0 : shape.ok() ? shape->Depth() : 1;
       deepest = std::max(deepest, depth);
-      int32_t t = d.new_tokens(d.new_tokens_size() - 1);
-      r->mutable_tree()->add_tokens(t);
-      r->mutable_tree()->add_parents(-1);
-      for (int i = 0; i < depth; ++i) {
-        t = FakeNext(t);
-        if (mode.load() == Mode::kUseless) t = (t + 1) % kFakeVocab;
-        r->mutable_tree()->add_tokens(mode.load() == Mode::kMalformed ? kFakeVocab + 7 : t);
-        r->mutable_tree()->add_parents(i);
-      }
+      const v1::TokenTree tree = Chain(d.new_tokens(d.new_tokens_size() - 1), depth);
+      last_[d.sequence_id()] = tree;
+      if (!d.omit_tree()) *r->mutable_tree() = tree;
     }
+    for (const v1::AheadSequence& a : req.ahead()) Ahead(a, resp.add_ahead());
     resp.set_draft_ns(kFakeDraftNsPerLevel * deepest);
     return resp;
   }
@@ -320,10 +332,64 @@ class FakeDrafter {
     absl::MutexLock lock(&mu_);
     return catch_ups_;
   }
+  int ahead_items() {
+    absl::MutexLock lock(&mu_);
+    return ahead_items_;
+  }
+  int commits() {  // omit_tree commits of candidates
+    absl::MutexLock lock(&mu_);
+    return commits_;
+  }
 
  private:
+  // A Draft's tree: `depth` tokens after `root` (wrong ones when useless).
+  v1::TokenTree Chain(int32_t root, int depth) const {
+    v1::TokenTree tree;
+    tree.add_tokens(root);
+    tree.add_parents(-1);
+    int32_t t = root;
+    for (int i = 0; i < depth; ++i) {
+      t = FakeNext(t);
+      if (mode.load() == Mode::kUseless) t = (t + 1) % kFakeVocab;
+      tree.add_tokens(mode.load() == Mode::kMalformed ? kFakeVocab + 7 : t);
+      tree.add_parents(i);
+    }
+    return tree;
+  }
+
+  void Ahead(const v1::AheadSequence& a, v1::AheadResult* r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    ahead_items_ += 1;
+    r->set_sequence_id(a.sequence_id());
+    r->set_step(a.step());
+    auto it = open_.find(a.sequence_id());
+    auto last = last_.find(a.sequence_id());
+    if (it == open_.end() || it->second != a.step() || last == last_.end()) {
+      ToProto(absl::AbortedError("ahead step out of order"), r->mutable_status());
+      return;
+    }
+    absl::StatusOr<TreeShape> shape = TreeShape::Parse(a.tree());
+    const int depth = shape.ok() ? shape->Depth() : 1;
+    const v1::TokenTree& t = last->second;
+    std::vector<std::vector<int32_t>> outcomes;
+    const int every = ahead_miss_every.load();
+    if (every <= 0 || ahead_items_ % every != 0) {
+      std::vector<int32_t> all(t.tokens().begin() + 1, t.tokens().end());
+      all.push_back(FakeNext(t.tokens(t.tokens_size() - 1)));
+      outcomes.push_back(std::move(all));
+    }
+    outcomes.push_back({(FakeNext(t.tokens(0)) + 1) % kFakeVocab});
+    for (size_t k = 0; k < outcomes.size() && static_cast<int>(k) < a.max_candidates(); ++k) {
+      v1::AheadCandidate* c = r->add_candidates();
+      c->mutable_new_tokens()->Assign(outcomes[k].begin(), outcomes[k].end());
+      *c->mutable_tree() = Chain(outcomes[k].back(), depth);
+    }
+  }
+
   absl::Mutex mu_;
   std::map<uint64_t, uint64_t> open_ ABSL_GUARDED_BY(mu_);  // id -> next step
+  std::map<uint64_t, v1::TokenTree> last_ ABSL_GUARDED_BY(mu_);  // id -> last tree
+  int ahead_items_ ABSL_GUARDED_BY(mu_) = 0;
+  int commits_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, int> shapes_ ABSL_GUARDED_BY(mu_);
   int catch_ups_ ABSL_GUARDED_BY(mu_) = 0;
   int num_opened_ ABSL_GUARDED_BY(mu_) = 0;
@@ -371,6 +437,7 @@ class FakeDrafterClient final : public DrafterClient {
     v1::DrafterInfoResponse info;
     info.set_kind("fake");
     info.set_vocab_size(kFakeVocab);
+    info.set_max_ahead_candidates(d_->ahead_candidates.load());
     return info;
   }
 

@@ -1,15 +1,18 @@
 // SequenceModel, the one per-sequence model interface, for every model kind
-// (Llama on tiny_llama_gqa, Mamba on tiny_mamba), loaded by the factory:
+// (Llama on tiny_llama_gqa, Mamba on tiny_mamba, Mamba-2 on tiny_mamba2, the
+// Mamba-2 + attention hybrid on tiny_bamba), loaded by the factory:
 //  - a packed tree after a cached prefix gives every node the logits of
 //    decoding its root-to-node path as a plain sequence;
 //  - a tree grown over several calls (num_prior) equals the tree in one call;
 //  - CommitPath keeps exactly the path: continuing afterwards equals a fresh
 //    sequence fed the whole history;
 //  - Release gives the memory back; bad input and unknown handles are clear
-//    errors; a recurrent model commits a chain whole;
-//  - Mamba snapshots, restores and copies state; Llama says UNIMPLEMENTED;
-//  - Llama returns the hidden states of requested layers: the last layer's,
-//    through the final norm and the LM head, reproduces the logits;
+//    errors; Mamba commits a chain whole, Mamba-2 also part of one;
+//  - Mamba and Mamba-2 snapshot, restore and copy state; Llama and the
+//    hybrid (a KV cache is state too) say UNIMPLEMENTED;
+//  - Llama, Mamba-2 and the hybrid return the hidden states of requested
+//    layers: the last layer's, through the final norm and the LM head,
+//    reproduces the logits;
 //  - argmax_only returns each logits row's argmax (on the device) and no logits.
 #include "core/model/sequence_model.h"
 
@@ -251,9 +254,17 @@ TEST_P(SequenceModelTest, RecurrentStateSnapshotsOrUnimplemented) {
   ExpectClose(fo.row_logits(0), want.data(), "restored state");
   EXPECT_EQ(model_->RestoreState(a, SequenceSnapshot{{1.0f}}).code(),
             absl::StatusCode::kInvalidArgument);
-  // Recurrent state is committed whole.
+  // Mamba's recurrent state is committed whole; Mamba-2 replays part of a
+  // chain from its cached activations.
   ASSERT_TRUE(model_->Forward({{a, {12, 13, 14}, {}, LogitsMode::kNone}}, &fo).ok());
-  EXPECT_EQ(model_->Commit(a, 2).code(), absl::StatusCode::kFailedPrecondition);
+  if (model_->info().kind == ModelKind::kMamba) {
+    EXPECT_EQ(model_->Commit(a, 2).code(), absl::StatusCode::kFailedPrecondition);
+  } else {
+    ASSERT_TRUE(model_->Commit(a, 2).ok());
+    ASSERT_TRUE(model_->Forward({{a, {15}, {}, LogitsMode::kLast}}, &fo).ok());
+    history.insert(history.end(), {13, 15});
+    ExpectClose(fo.row_logits(0), Reference(history).data(), "after committing part of a chain");
+  }
 }
 
 TEST_P(SequenceModelTest, LastHiddenStateThroughNormAndHeadGivesTheLogits) {
@@ -263,7 +274,8 @@ TEST_P(SequenceModelTest, LastHiddenStateThroughNormAndHeadGivesTheLogits) {
   ForwardOptions opts;
   opts.hidden_layers = {last, 0};
   absl::Status st = model_->Forward({{h, kTree, kParents, LogitsMode::kAll}}, &fo, opts);
-  if (model_->info().kind != ModelKind::kLlama) {
+  const ModelKind kind = model_->info().kind;
+  if (kind == ModelKind::kMamba) {
     EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
     return;
   }
@@ -274,7 +286,11 @@ TEST_P(SequenceModelTest, LastHiddenStateThroughNormAndHeadGivesTheLogits) {
   ASSERT_TRUE(config.ok());
   auto ckpt = Checkpoint::Open(ModelDir(GetParam()));
   ASSERT_TRUE(ckpt.ok()) << ckpt.status();
-  auto norm = (*ckpt)->Find("model.norm.weight", {D});
+  const double eps = kind == ModelKind::kLlama ? config->llama.rms_norm_eps : config->hybrid.norm_eps;
+  const char* norm_name = kind == ModelKind::kLlama    ? "model.norm.weight"
+                          : kind == ModelKind::kMamba2 ? "backbone.norm_f.weight"
+                                                       : "model.final_layernorm.weight";
+  auto norm = (*ckpt)->Find(norm_name, {D});
   auto head = (*ckpt)->Find("lm_head.weight", {kV, D});
   ASSERT_TRUE(norm.ok() && head.ok());
   std::vector<float> g(D), w(kV * D);
@@ -284,7 +300,7 @@ TEST_P(SequenceModelTest, LastHiddenStateThroughNormAndHeadGivesTheLogits) {
     const float* x = fo.hidden.data() + r * D;  // layer `last` comes first
     double ms = 0;
     for (int64_t d = 0; d < D; ++d) ms += double{x[d]} * x[d];
-    const double inv = 1.0 / std::sqrt(ms / D + config->llama.rms_norm_eps);
+    const double inv = 1.0 / std::sqrt(ms / D + eps);
     std::vector<float> logits(kV);
     for (int64_t t = 0; t < kV; ++t) {
       double acc = 0;
@@ -320,7 +336,9 @@ TEST_P(SequenceModelTest, ArgmaxOnlyGivesEachRowsArgmax) {
   for (int r = 0; r < 7; ++r) EXPECT_EQ(ids.argmax[r], Argmax(full.row_logits(r), kV)) << "row " << r;
 }
 
-INSTANTIATE_TEST_SUITE_P(Kinds, SequenceModelTest, ::testing::Values("tiny_llama_gqa", "tiny_mamba"),
+INSTANTIATE_TEST_SUITE_P(Kinds, SequenceModelTest,
+                         ::testing::Values("tiny_llama_gqa", "tiny_mamba", "tiny_mamba2",
+                                           "tiny_bamba"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 TEST(SequenceModelFactoryTest, OptionsAndTensorParallelMambaAreRejected) {

@@ -2,8 +2,15 @@
 // Starts treespec-worker and one treespec-drafter per kind as processes on
 // loopback, drives an in-process Coordinator over gRPC clients, and prints,
 // for concurrency 1, 4 and 16: tokens/s, mean accepted length and the mean
-// per-step time split into draft (drafter's own time), verify (worker's
-// forward + acceptance) and coordinator + RPC (the rest of the step loop).
+// per-step time split into draft (drafter's own time in Draft calls), verify
+// (worker's forward + acceptance) and coordinator + RPC (the rest of the step
+// loop), and draft-ahead's hit rate (hits / steps whose candidates were asked
+// for) and its wait for the candidates after the Verify, per step, and "cpu
+// ms": the coordinator's own CPU time per step on its step path (the lane
+// thread, its gRPC client work included), which unlike the wall times does
+// not grow with the machine's load. Draft-ahead is off by default for cpu
+// drafters; compare it with the default in one run by naming a drafter twice,
+// e.g. ahead:mamba=models/demo/mamba-drafter|--draft_ahead=1.
 // With --rounds R every configuration runs R times, plain and speculative
 // interleaved (plain, drafter 1, drafter 2, plain, ...), and the table gives
 // the mean tokens/s and the median of the per-round speedups over the plain
@@ -109,13 +116,16 @@ struct RunResult {
   double rpc_ms = 0;     // RPC wall time beyond the services' reported compute
   double handler_ms = 0; // of which the worker's Verify handler outside its forward pass
   double coord_ms = 0;   // the step loop outside both RPCs
+  double cpu_ms = 0;     // the coordinator's step-path CPU per step (LaneStepStats::loop_cpu_ns)
+  double ahead_hit = 0;  // draft-ahead hits / steps whose candidates were asked for
+  double wait_ms = 0;    // per step, the wait for draft-ahead candidates after the Verify
   int64_t tokens = 0;
 };
 
 RunResult Run(Coordinator* coordinator, const std::string& drafter, const std::string& tree,
               int clients) {
   const LaneStepStats before = coordinator->TotalStats();
-  std::atomic<int64_t> tokens{0}, steps{0}, accepted{0};
+  std::atomic<int64_t> tokens{0}, steps{0}, accepted{0}, ahead_steps{0}, ahead_hits{0};
   const int per_client = absl::GetFlag(FLAGS_requests_per_client);
   const char* prompts[] = {"Once upon a time, there was a little", "One day, a boy named Tom",
                            "The sun was shining and", "Lily and her mom went to the",
@@ -146,6 +156,8 @@ RunResult Run(Coordinator* coordinator, const std::string& drafter, const std::s
               tokens += chunk.usage().completion_tokens();
               steps += chunk.speculation().steps();
               accepted += chunk.speculation().accepted_tokens();
+              ahead_steps += chunk.speculation().draft_ahead_steps();
+              ahead_hits += chunk.speculation().draft_ahead_hits();
             }
             continue;
           }
@@ -173,7 +185,14 @@ RunResult Run(Coordinator* coordinator, const std::string& drafter, const std::s
   const double verify_wall = (after.verify_ns - before.verify_ns) / n / 1e6;
   r.rpc_ms = (draft_wall - r.draft_ms) + (verify_wall - r.verify_ms);
   r.handler_ms = (after.worker_handler_ns - before.worker_handler_ns) / n / 1e6 - r.verify_ms;
-  r.coord_ms = r.step_ms - draft_wall - verify_wall;
+  // The wait for draft-ahead candidates after the Verify is part of the
+  // step loop outside the Draft and Verify calls: it counts in "wait ms",
+  // not in "coord ms".
+  r.wait_ms = (after.ahead_wait_ns - before.ahead_wait_ns) / n / 1e6;
+  r.cpu_ms = (after.loop_cpu_ns - before.loop_cpu_ns) / n / 1e6;
+  r.coord_ms = r.step_ms - draft_wall - verify_wall - r.wait_ms;
+  r.ahead_hit = ahead_steps.load() > 0 ? static_cast<double>(ahead_hits.load()) / ahead_steps.load()
+                                       : 0.0;
   return r;
 }
 
@@ -257,9 +276,10 @@ int Main() {
     }
   }
   const int rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
-  std::printf("\n%-12s %-11s %5s %10s %8s %9s %9s %9s %11s %8s %7s %8s %8s %7s\n", "drafter",
-              "tree", "conc", "tokens/s", "speedup", "accepted", "step ms", "draft ms",
-              "verify ms", "other ms", "rpc ms", "handler", "coord ms", "min x");
+  std::printf("\n%-12s %-11s %5s %10s %8s %9s %9s %9s %11s %8s %7s %8s %8s %7s %6s %7s %7s\n",
+              "drafter", "tree", "conc", "tokens/s", "speedup", "accepted", "step ms", "draft ms",
+              "verify ms", "other ms", "rpc ms", "handler", "coord ms", "min x", "ahead", "wait ms",
+              "cpu ms");
   for (int c : conc) {
     // [config][round]
     std::vector<std::vector<RunResult>> runs(configs.size());
@@ -283,16 +303,22 @@ int Main() {
         mean.rpc_ms += r.rpc_ms / rounds;
         mean.handler_ms += r.handler_ms / rounds;
         mean.coord_ms += r.coord_ms / rounds;
+        mean.ahead_hit += r.ahead_hit / rounds;
+        mean.wait_ms += r.wait_ms / rounds;
+        mean.cpu_ms += r.cpu_ms / rounds;
         ratios.push_back(r.tokens_per_s / runs[0][round].tokens_per_s);
       }
       std::sort(ratios.begin(), ratios.end());
       char sp[16], lo[16];
       std::snprintf(sp, sizeof(sp), "%.2fx", ratios[ratios.size() / 2]);
       std::snprintf(lo, sizeof(lo), "%.2fx", ratios.front());
-      std::printf("%-12s %-11s %5d %10.1f %8s %9.2f %9.2f %9.2f %11.2f %8.2f %7.2f %8.2f %8.2f %7s\n",
-                  configs[k].first.c_str(), configs[k].second.c_str(), c, mean.tokens_per_s, sp,
-                  mean.mean_accepted, mean.step_ms, mean.draft_ms, mean.verify_ms, mean.other_ms,
-                  mean.rpc_ms, mean.handler_ms, mean.coord_ms, lo);
+      std::printf(
+          "%-12s %-11s %5d %10.1f %8s %9.2f %9.2f %9.2f %11.2f %8.2f %7.2f %8.2f %8.2f %7s %5.0f%% "
+          "%7.2f %7.3f\n",
+          configs[k].first.c_str(), configs[k].second.c_str(), c, mean.tokens_per_s, sp,
+          mean.mean_accepted, mean.step_ms, mean.draft_ms, mean.verify_ms, mean.other_ms,
+          mean.rpc_ms, mean.handler_ms, mean.coord_ms, lo, 100 * mean.ahead_hit, mean.wait_ms,
+          mean.cpu_ms);
     }
     std::fflush(stdout);
   }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the tiny fixtures (tests/fixtures/models) and the Hugging Face
-# goldens (tests/golden/data, including data/configs from transformers 5). Run as `make goldens`, or
+# goldens (tests/golden/data, including data/configs and the Mamba-2 / Bamba
+# fixtures and goldens from transformers 5). Run as `make goldens`, or
 #   bash tools/goldens/make_goldens.sh [BUILD_DIR]     (default: build)
 # BUILD_DIR/bin/treespec-convert-llama2c converts stories260K; when it is not
 # built, make_goldens.py falls back to its Python mirror of the converter.
@@ -41,6 +42,8 @@ if [ ! -x "$V5_VENV/bin/python" ]; then
 fi
 "$V5_VENV/bin/python" -m pip install --quiet -r tools/goldens/requirements-v5.txt
 "$V5_VENV/bin/python" tools/goldens/make_config_goldens.py
+# Mamba2ForCausalLM and BambaForCausalLM fixtures and goldens (transformers 5).
+"$V5_VENV/bin/python" tools/goldens/make_mamba2_goldens.py
 if [ -f tools/goldens/make_tokenizer_goldens.py ]; then
   "$PY" tools/goldens/make_tokenizer_goldens.py
 fi
