@@ -6,12 +6,16 @@
   hybrid_card.py data    --role R --work W --teacher T                 the data description
   hybrid_card.py sim     --card MODEL_CARD.md --json sim.json --role R  adds the simulated-acceptance table
   hybrid_card.py finish  --card MODEL_CARD.md --role R                  marks the treespec table a placeholder
+  hybrid_card.py measured --card MODEL_CARD.md --role R --bench F...    fills it from acceptance_bench --markdown
+                                                                        outputs (F's first line: "# command: ...")
   hybrid_card.py summary --work W --profile P --wall S --status K=V...  summary.json to stdout
 """
 
 import argparse
 import json
 import os
+import re
+import shlex
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -69,7 +73,7 @@ def notes(args):
         if rh:
             out.append("2. **End-to-end distillation** (`tools/train/train_lm.py --init`): all parameters, "
                        "loss = KL(teacher || hybrid) on the teacher's full next-token distribution (no hard labels), "
-                       "on windows of the corpus below: %d steps, %s tokens, %s (%s tok/s, %s)." %
+                       "on windows of the corpus above: %d steps, %s tokens, %s (%s tok/s, %s)." %
                        (rh["steps"], fmt_num(rh["tokens_seen"]), fmt_time(rh["train_time_s"]),
                         fmt_num(rh["tokens_per_s"]), rh["device"]))
             if "corpus_val" in rh:
@@ -89,7 +93,7 @@ def notes(args):
         rm = res(work, "mamba2")
         out.append("Trained from scratch (HF-style init) by distillation from the demo Llama target (`%s`): loss "
                    "= KL(teacher || model) on the teacher's full next-token distribution (no hard labels), on "
-                   "windows of the corpus below, in this run (`%s` profile of `train_hybrid.sh`)." %
+                   "windows of the corpus above, in this run (`%s` profile of `train_hybrid.sh`)." %
                    (teacher, args.profile))
         if rm:
             out.append("")
@@ -107,20 +111,28 @@ def notes(args):
                        "groups (%s per rank)." %
                        (fmt_num(rm["params"]), c["hidden_size"], c["num_hidden_layers"], c["num_heads"],
                         c["head_dim"], c["expand"], c["n_groups"], c["state_size"], c["conv_kernel"],
-                        ", lm_head tied" if c["tie_word_embeddings"] else "", c["num_heads"] / 2, c["n_groups"] / 2))
+                        ", lm_head tied" if c["tie_word_embeddings"] else "", c["num_heads"] // 2, c["n_groups"] // 2))
         out.append("")
         out.append("Drafters: the hybrid's (`../hybrid-mamba-drafter`, `../hybrid-transformer-drafter`) serve this "
-                   "target too: same tokenizer and vocabulary, distilled from a model distilled from the same "
-                   "teacher, so they predict much of its text; acceptance is lower than against the hybrid (see "
-                   "the simulated table), and being sized for the hybrid (<= 1/20 of it) they are a larger share "
-                   "of this smaller model than 1/20. Good enough for correctness tests (greedy speculative == plain "
-                   "output); a dedicated drafter would serve speed measurements better.")
+                   "target too: same tokenizer and vocabulary, and both this model and the hybrid imitate the same "
+                   "teacher, so the drafters predict much of its text (see the simulated table; no drafter was "
+                   "distilled from this model itself). Sized for the hybrid (<= 1/20 of it), they are a larger "
+                   "share of this smaller model (about 1/8 and 1/10): fine for correctness tests (greedy "
+                   "speculative == plain output); a dedicated smaller drafter would serve speed measurements better.")
     else:
         rd = res(work, RUNS[role])
-        out.append("Distilled from the hybrid target (`../hybrid-target`) with `tools/train/train_lm.py --distill`: "
-                   "loss = 0.5 x cross-entropy on the hybrid's generated tokens + 0.5 x KL(hybrid || drafter) on "
-                   "its full next-token distribution, within train_lm.py's 1/20 size limit (checked against the "
-                   "hybrid).")
+        init = (rd.get("args") or {}).get("init")
+        if init:
+            out.append("Started from `%s` (the demo Llama target's drafter of the same architecture and size, "
+                       "trained on a GPU on 26M tokens of that target's continuations; the hybrid imitates that "
+                       "target closely, top-1 agreement 0.89), then distilled from the hybrid target "
+                       "(`../hybrid-target`)" % os.path.relpath(init, os.path.join(os.path.dirname(
+                           os.path.abspath(__file__)), "..", "..")))
+        else:
+            out.append("Distilled from the hybrid target (`../hybrid-target`), from scratch,")
+        out[-1] += (" with `tools/train/train_lm.py --distill`: loss = 0.5 x cross-entropy on the hybrid's generated "
+                    "tokens + 0.5 x KL(hybrid || drafter) on its full next-token distribution, within train_lm.py's "
+                    "1/20 size limit (checked against the hybrid).")
         if rd:
             out.append("")
             out.append("%d steps, %s tokens, %s (%s tok/s, %s)." %
@@ -128,11 +140,18 @@ def notes(args):
                         fmt_num(rd["tokens_per_s"]), rd["device"]))
     if args.profile == "cpu":
         out.append("")
-        out.append("**Quality note.** Everything here was trained on 1 thread of a shared 2-core CPU within a "
-                   "budget of a few hours; the numbers above are what that reached. The model is meant to exercise "
-                   "treespec's %s path with sensible (story-like, teacher-like) distributions, not to be a good "
-                   "language model; a lent GPU (`train_hybrid.sh --profile gpu`) would train it much further." %
-                   ("state-space / hybrid" if role.endswith("target") else "drafting"))
+        what = {"hybrid-target": "It imitates the teacher closely (the warm start did most of the work); its "
+                                 "corpus val loss is about the teacher's own on the same positions.",
+                "mamba2-target": "Learning from scratch, it got %s tokens in 50 minutes: it imitates the teacher "
+                                 "less closely than the hybrid and its val loss is above the teacher's." %
+                                 fmt_num(res(work, "mamba2").get("tokens_seen", 0))}.get(
+            role, "A drafter trained for %s on a CPU: compare its acceptance with the demo target's drafters' in "
+                  "the tables below." % fmt_time(res(work, RUNS.get(role, "")).get("train_time_s", 0)))
+        out.append("**Quality note.** Trained on 1 thread of a shared, busy 2-core CPU within a budget of a few hours "
+                   "(GPU-free); the numbers above are what that reached. %s It is meant to exercise treespec's %s path "
+                   "with sensible (story-like, teacher-like) distributions; a lent GPU (`train_hybrid.sh --profile "
+                   "gpu`) would train it further." % (what, "state-space / hybrid" if role.endswith("target")
+                                                      else "drafting"))
     return "\n".join(out) + "\n"
 
 
@@ -163,11 +182,10 @@ def data(args):
 
 
 PLACEHOLDER = (
-    "<!-- ACCEPTANCE TABLE: PLACEHOLDER, to be filled from treespec's acceptance_bench once the engine loads "
-    "this architecture (issue 15); the numbers are not measured yet. -->\n"
-    "**Placeholder: not measured yet.** treespec's engine does not load `BambaForCausalLM` / `Mamba2ForCausalLM` "
-    "yet (issue 15); the TBD cells are filled from `build/bin/acceptance_bench --markdown` once it does. Until "
-    "then see the trainer's simulated numbers below.\n")
+    "<!-- ACCEPTANCE TABLE: PLACEHOLDER, to be filled by `hybrid_card.py measured` from treespec's "
+    "acceptance_bench; the numbers are not measured yet. -->\n"
+    "**Placeholder: not measured yet.** The TBD cells are filled from `build/bin/acceptance_bench --markdown` "
+    "(`tools/train/hybrid_card.py measured`). Until then see the trainer's simulated numbers below.\n")
 
 
 def finish(args):
@@ -175,9 +193,97 @@ def finish(args):
     old = "<!-- ACCEPTANCE TABLE: filled in by the lead from treespec's measurement. -->"
     if old in text:
         text = text.replace(old, PLACEHOLDER)
-    if args.role in ("hybrid-target", "mamba2-target"):
-        text = text.replace("| mamba | TBD |", "| hybrid-mamba-drafter | TBD |").replace(
-            "| transformer | TBD |", "| hybrid-transformer-drafter | TBD |")
+    on = "" if args.role in ("hybrid-target", "mamba2-target") else " (on hybrid-target)"
+    text = text.replace("| mamba | TBD |", "| hybrid-mamba-drafter%s | TBD |" % on).replace(
+        "| transformer | TBD |", "| hybrid-transformer-drafter%s | TBD |" % on)
+    open(args.card, "w").write(text)
+
+
+SHAPES = ("chain:4", "3,2,2,1,1", "3,3,2,1")
+DEMO_OF = {"hybrid-mamba-drafter": "mamba-drafter", "hybrid-transformer-drafter": "transformer-drafter"}
+
+
+def read_bench(path):
+    """acceptance_bench --markdown output with its command on the first line -> (command, rows, footer).
+
+    rows: [(target, drafter, {(temperature, tree): tau})], names = the directories' basenames."""
+    lines = open(path).read().splitlines()
+    if not lines or not lines[0].startswith("# command: "):
+        sys.exit("%s: the first line must be '# command: ...'" % path)
+    cmd = lines[0][len("# command: "):]
+    argv = shlex.split(cmd)
+    flag = lambda name, default: next((a.split("=", 1)[1] for a in argv if a.startswith("--%s=" % name)),  # noqa
+                                      argv[argv.index("--" + name) + 1] if "--" + name in argv else default)
+    target = os.path.basename(flag("target", "models/demo/target").rstrip("/"))
+    dirs = dict(kd.split("=", 1) for kd in flag("drafters", "").split(",") if kd)
+    taus, footer = {}, ""
+    for ln in lines[1:]:
+        m = re.match(r"\|\s*(\w+)\s*\|\s*([\w:,]+)\s*\|\s*([\d.]+)\s*\|\s*\w+\s*\|\s*([\d.]+)\s*\|", ln)
+        if m:
+            taus.setdefault(m.group(1), {})[(float(m.group(3)), m.group(2))] = float(m.group(4))
+        elif re.match(r"\d+ prompts, \d+ new tokens", ln):
+            footer = ln.strip()
+    rows = [(target, os.path.basename(dirs[k].rstrip("/")), t) for k, t in taus.items()]
+    return cmd, rows, footer
+
+
+def measured(args):
+    """Replaces the placeholder (or an earlier measured table) with the acceptance_bench numbers."""
+    benches = [read_bench(p) for p in args.bench]
+    role = args.role
+    keep = lambda t, d: (role in (t, d) or d == DEMO_OF.get(role))  # noqa: E731
+    head = "| target | drafter | " + " | ".join(
+        "T=%d %s" % (temp, "chain 4" if s == "chain:4" else "tree (%s)" % s) for temp in (0, 1) for s in SHAPES)
+    rows = [head + " |", "|---|---|" + "---:|" * (2 * len(SHAPES))]
+    cmds, footers = [], set()
+    for cmd, rs, footer in benches:
+        used = False
+        for t, d, taus in rs:
+            if not keep(t, d):
+                continue
+            used = True
+            cells = ["%.2f" % taus[(temp, s)] if (temp, s) in taus else "n/a" for temp in (0.0, 1.0) for s in SHAPES]
+            rows.append("| %s | %s | %s |" % (t, d, " | ".join(cells)))
+        if used:
+            cmds.append(cmd)
+            footers.add(footer)
+    if len(rows) == 2:
+        sys.exit("measured: no row of %s is about %s" % (args.bench, role))
+    sec = ("<!-- ACCEPTANCE TABLE: measured by treespec's acceptance_bench (hybrid_card.py measured). -->\n"
+           "Measured with `build/bin/acceptance_bench --markdown` (tools/bench/acceptance_bench.cc: the worker and "
+           "drafter cores in process, CPU backend) on the prompts of `models/demo/heldout_prompts.txt` (openings "
+           "of validation-split stories of the demo target's corpus, in no training data here)%s. τ counts accepted draft "
+           "tokens plus the bonus token per target step. T=0: greedy verification; T=1: multi-round speculative "
+           "sampling, children drawn without replacement from the drafter's top-32 distribution q. The target's "
+           "Mamba-2 state is verified as a token tree (STree). `mamba-drafter` / `transformer-drafter` are the demo "
+           "Llama target's drafters (`../mamba-drafter`, `../transformer-drafter`), for comparison.%s\n\n"
+           % (": " + "; ".join(sorted(f for f in footers if f)) if any(footers) else "",
+              (" " + args.note) if args.note else "")
+           + "\n".join(rows) + "\n\nCommands:\n\n```\n" + "\n".join(cmds) + "\n```\n")
+    text = open(args.card).read()
+    start = text.find("<!-- ACCEPTANCE TABLE:")
+    if start < 0:
+        sys.exit("measured: %s has no acceptance table marker" % args.card)
+    # the old block: the marker, its text, its table and (from an earlier `measured`) its commands
+    lines = text[start:].split("\n")
+    i = 0
+    while i < len(lines) and not lines[i].startswith("|"):
+        i += 1
+    while i < len(lines) and lines[i].startswith("|"):
+        i += 1
+    j = i
+    while j < len(lines) and not lines[j].strip():
+        j += 1
+    if j < len(lines) and lines[j] == "Commands:":
+        j += 1
+        while j < len(lines) and not lines[j].startswith("```"):
+            j += 1
+        j += 1
+        while j < len(lines) and not lines[j].startswith("```"):
+            j += 1
+        i = j + 1
+    end = start + len("\n".join(lines[:i]))
+    text = text[:start] + sec.rstrip("\n") + text[end:]
     open(args.card, "w").write(text)
 
 
@@ -200,6 +306,15 @@ def sim(args):
            "`mamba-drafter` / `transformer-drafter` are the demo Llama target's drafters (`../mamba-drafter`, "
            "`../transformer-drafter`), shown for comparison.\n\n" % (js["max_len"], js["num_prompts"])
            + "\n".join(rows) + "\n")
+    cmp = []
+    for t, ds in js["results"].items():
+        new = [r["tau_chain4"] for d, r in ds.items() if d.startswith("hybrid-")]
+        old = [r["tau_chain4"] for d, r in ds.items() if d in ("mamba-drafter", "transformer-drafter")]
+        if new and old:
+            cmp.append("against %s, chain-4 τ %.2f (best of the hybrid's drafters) vs %.2f (best of the demo "
+                       "target's)" % (t, max(new), max(old)))
+    if cmp:
+        sec += "\nSummary: " + "; ".join(cmp) + ".\n"
     text = open(args.card).read()
     marker = "## Simulated acceptance (trainer, not treespec)"
     if marker in text:
@@ -230,7 +345,7 @@ def summary(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["notes", "command", "data", "sim", "finish", "summary"])
+    ap.add_argument("what", choices=["notes", "command", "data", "sim", "finish", "measured", "summary"])
     ap.add_argument("--role")
     ap.add_argument("--work")
     ap.add_argument("--teacher", default="models/demo/target")
@@ -239,13 +354,15 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--wall", default=0)
     ap.add_argument("--status", nargs="*", default=[])
+    ap.add_argument("--bench", nargs="+", default=[], help="measured: acceptance_bench --markdown outputs")
+    ap.add_argument("--note", default="", help="measured: a sentence appended to the table's description")
     args = ap.parse_args()
     if args.what in ("notes", "command", "data"):
         sys.stdout.write({"notes": notes, "command": command, "data": data}[args.what](args))
         if args.what != "notes":
             sys.stdout.write("\n")
     else:
-        {"sim": sim, "finish": finish, "summary": summary}[args.what](args)
+        {"sim": sim, "finish": finish, "measured": measured, "summary": summary}[args.what](args)
 
 
 if __name__ == "__main__":

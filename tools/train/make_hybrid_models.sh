@@ -6,7 +6,7 @@
 #   models/demo/hybrid-transformer-drafter LlamaForCausalLM drafter of the hybrid, f32
 # Both targets are distilled from models/demo/target (the teacher: its logits on corpus
 # windows); the drafters from the hybrid (its own continuations + its logits). CPU: about
-# 3.5 hours (profile cpu, 1 thread); a lent GPU: one call (profile gpu, see README.md).
+# 3 hours (profile cpu, 1 thread); a lent GPU: one call (profile gpu, see README.md).
 #
 #   bash tools/train/make_hybrid_models.sh BUILD_DIR [options]
 #
@@ -29,9 +29,10 @@
 #   tokenize with the teacher's tokenizer.model         (tokenize_corpus.py; 5 % val stories)
 #   train    train_hybrid.sh --profile P                (or --import)
 #   install  copy the four exports to --models-out
-#   check    check_engine.py --no-engine: trainer vs transformers (needs BambaForCausalLM:
-#            transformers >= 4.48, e.g. PYTHON=.venv-v5/bin/python, tools/train/requirements-v5.txt),
-#            chunked vs sequential scan, cached decoding vs full forward
+#   check    check_engine.py: trainer vs transformers (needs BambaForCausalLM: transformers >= 5,
+#            e.g. PYTHON=.venv-v5/bin/python, tools/train/requirements-v5.txt) vs treespec's
+#            BUILD_DIR/bin/treespec-logits (skipped when not built), chunked vs sequential scan,
+#            cached decoding vs full forward
 # Environment: PYTHON (default the repo's .venv-v5, then .venv), SHARED_MODELS (default
 # ../shared/models beside the repo), THREADS, and train_hybrid.sh's budget variables.
 set -uo pipefail
@@ -163,7 +164,9 @@ fi
 if done_ check; then skip check; else
   "$PYTHON" -c "import transformers; transformers.BambaForCausalLM" 2>/dev/null ||
     log "WARNING: $PYTHON's transformers has no BambaForCausalLM; the hybrid's transformers check will fail (use the v5 venv)"
-  "$PYTHON" "$HERE/check_engine.py" --no-engine --model "${MODELS[@]/#/$MODELS_OUT/}" \
+  ENGINE=(--no-engine)  # treespec's own logits too, when built
+  [ -x "$BUILD/bin/treespec-logits" ] && ENGINE=(--engine "$BUILD/bin/treespec-logits")
+  "$PYTHON" "$HERE/check_engine.py" "${ENGINE[@]}" --model "${MODELS[@]/#/$MODELS_OUT/}" \
     2>&1 | grep -v "fast path is not available\|falling back to its reference\|Loading weights" | tee "$WORK/logs/check.log"
   rc=${PIPESTATUS[0]}
   case $rc in

@@ -28,6 +28,13 @@
 # DISTILL_SECONDS MAMBA_SECONDS TRANSFORMER_SECONDS; TOTAL_SECONDS caps the whole run (later
 # budgets shrink to fit; 0 = none). Other env: PYTHON, THREADS (CPU torch threads),
 # EXTRA_{INIT,HYBRID,MAMBA2,DISTILL,MAMBA,TRANSFORMER}_ARGS (appended; argparse: last wins).
+# DRAFTER_INIT=1 starts each drafter from the demo Llama target's drafter of the same
+# architecture (models/demo/{mamba,transformer}-drafter: same vocabulary and sizes, and the hybrid
+# imitates that Llama closely), then distils it from the hybrid; 0 (the default of the cpu and
+# gpu profiles, and what made the committed drafters) trains them from scratch. The smoke profile
+# defaults to 1 so that the warm start stays tested. With DRAFTER_INIT=1 a lower learning rate
+# suits better, e.g. EXTRA_MAMBA_ARGS="--lr 1e-3 --warmup-steps 20" (and EXTRA_TRANSFORMER_ARGS);
+# a full warm-started run has not been made yet.
 # Stages are resumable (stamps in WORK_DIR/stamps, train_lm.py --resume, distill_data.py
 # partial files); a failed stage does not stop the others that can still run.
 set -uo pipefail
@@ -83,8 +90,8 @@ case "$PROFILE" in
                 --eval-batches 16 --tokens "$DRAFT_TOKENS")
     SIM_ARGS=(--num-prompts 256 --batch-size 256)
     ;;
-  cpu)  # what made the committed models: 1 thread, about 3 hours on a shared 2-core machine
-    : "${INIT_SECONDS:=1200}" "${HYBRID_SECONDS:=3600}" "${MAMBA2_SECONDS:=2400}" "${DISTILL_SECONDS:=600}"
+  cpu)  # what made the committed models: 1 thread, 2.75 hours of stage budgets on a shared 2-core machine
+    : "${INIT_SECONDS:=1200}" "${HYBRID_SECONDS:=2700}" "${MAMBA2_SECONDS:=3000}" "${DISTILL_SECONDS:=600}"
     : "${MAMBA_SECONDS:=1800}" "${TRANSFORMER_SECONDS:=600}" "${TOTAL_SECONDS:=0}"
     : "${TARGET_TOKENS:=100e6}" "${DRAFT_TOKENS:=100e6}"
     COMMON=(--threads "${THREADS:-1}")
@@ -105,9 +112,7 @@ case "$PROFILE" in
     : "${MAMBA_SECONDS:=60}" "${TRANSFORMER_SECONDS:=60}" "${TOTAL_SECONDS:=900}"
     HYBRID_CFG+=(--set mamba_n_heads=4 --set mamba_d_head=128 --set mamba_d_state=16)
     MAMBA2_CFG+=(--set hidden_size=64 --set num_hidden_layers=2 --set state_size=16)
-    MAMBA_CFG+=(--set hidden_size=16 --set num_hidden_layers=2)
-    TRANS_CFG+=(--set hidden_size=16 --set intermediate_size=48 --set num_attention_heads=2
-                --set num_key_value_heads=1)
+    : "${DRAFTER_INIT:=1}"  # drafters at full size: their warm start is part of what the smoke run tests
     COMMON=(--threads 1)
     INIT_ARGS=(--batch-size 4 --seq-len 64 --lr 2e-3 --warmup-steps 2 --max-steps 6 --eval-batches 2 --log-every 2)
     HYBRID_ARGS=(--batch-size 4 --seq-len 64 --lr 6e-4 --warmup-steps 2 --max-steps 12 --log-every 4 --eval-every 6
@@ -228,15 +233,22 @@ if [ $HYBRID_OK = 1 ]; then
 fi
 
 # ---------------------------------------------------------------- 4. drafters of the hybrid
+MAMBA_INIT=() TRANS_INIT=()
+if [ "${DRAFTER_INIT:-0}" = 1 ]; then
+  [ -f "$REPO/models/demo/mamba-drafter/model.safetensors" ] && MAMBA_INIT=(--init "$REPO/models/demo/mamba-drafter")
+  [ -f "$REPO/models/demo/transformer-drafter/model.safetensors" ] &&
+    TRANS_INIT=(--init "$REPO/models/demo/transformer-drafter")
+fi
 if [ $DISTILL_OK = 1 ]; then
   DD=(--distill "$RUN/distill.npz" --data "$WORK/data" --teacher "$EXP/hybrid-target" --kd-weight 0.5)
   if stage train-mamba "$MAMBA_SECONDS" $((TRANSFORMER_SECONDS + 25)) "$PYTHON" "$HERE/train_lm.py" \
-       "${MAMBA_CFG[@]}" "${DD[@]}" "${MAMBA_ARGS[@]}" "${COMMON[@]}" --out-dir "$RUN/mamba" --resume ||
+       "${MAMBA_CFG[@]}" "${MAMBA_INIT[@]}" "${DD[@]}" "${MAMBA_ARGS[@]}" "${COMMON[@]}" --out-dir "$RUN/mamba" --resume ||
      [ -f "$RUN/mamba/ckpt.pt" ]; then
     export_model mamba hybrid-mamba-drafter f32
   fi
   if stage train-transformer "$TRANSFORMER_SECONDS" 15 "$PYTHON" "$HERE/train_lm.py" \
-       "${TRANS_CFG[@]}" "${DD[@]}" "${TRANS_ARGS[@]}" "${COMMON[@]}" --out-dir "$RUN/transformer" --resume ||
+       "${TRANS_CFG[@]}" "${TRANS_INIT[@]}" "${DD[@]}" "${TRANS_ARGS[@]}" "${COMMON[@]}" --out-dir "$RUN/transformer" \
+       --resume ||
      [ -f "$RUN/transformer/ckpt.pt" ]; then
     export_model transformer hybrid-transformer-drafter f32
   fi
