@@ -215,7 +215,9 @@ def read_bench(path):
     flag = lambda name, default: next((a.split("=", 1)[1] for a in argv if a.startswith("--%s=" % name)),  # noqa
                                       argv[argv.index("--" + name) + 1] if "--" + name in argv else default)
     target = os.path.basename(flag("target", "models/demo/target").rstrip("/"))
-    dirs = dict(kd.split("=", 1) for kd in flag("drafters", "").split(",") if kd)
+    # KIND=DIR, or LABEL:KIND=DIR where the table names the drafter by its LABEL
+    pairs = [kd.split("=", 1) for kd in flag("drafters", "").split(",") if kd]
+    dirs = {k.split(":")[0]: v.split("|")[0] for k, v in pairs}
     taus, footer = {}, ""
     for ln in lines[1:]:
         m = re.match(r"\|\s*(\w+)\s*\|\s*([\w:,]+)\s*\|\s*([\d.]+)\s*\|\s*\w+\s*\|\s*([\d.]+)\s*\|", ln)
@@ -235,13 +237,14 @@ def measured(args):
     head = "| target | drafter | " + " | ".join(
         "T=%d %s" % (temp, "chain 4" if s == "chain:4" else "tree (%s)" % s) for temp in (0, 1) for s in SHAPES)
     rows = [head + " |", "|---|---|" + "---:|" * (2 * len(SHAPES))]
-    cmds, footers = [], set()
+    cmds, footers, demo_rows = [], set(), False
     for cmd, rs, footer in benches:
         used = False
         for t, d, taus in rs:
             if not keep(t, d):
                 continue
             used = True
+            demo_rows = demo_rows or d in DEMO_OF.values()
             cells = ["%.2f" % taus[(temp, s)] if (temp, s) in taus else "n/a" for temp in (0.0, 1.0) for s in SHAPES]
             rows.append("| %s | %s | %s |" % (t, d, " | ".join(cells)))
         if used:
@@ -252,12 +255,13 @@ def measured(args):
     sec = ("<!-- ACCEPTANCE TABLE: measured by treespec's acceptance_bench (hybrid_card.py measured). -->\n"
            "Measured with `build/bin/acceptance_bench --markdown` (tools/bench/acceptance_bench.cc: the worker and "
            "drafter cores in process, CPU backend) on the prompts of `models/demo/heldout_prompts.txt` (openings "
-           "of validation-split stories of the demo target's corpus, in no training data here)%s. τ counts accepted draft "
-           "tokens plus the bonus token per target step. T=0: greedy verification; T=1: multi-round speculative "
-           "sampling, children drawn without replacement from the drafter's top-32 distribution q. The target's "
-           "Mamba-2 state is verified as a token tree (STree). `mamba-drafter` / `transformer-drafter` are the demo "
-           "Llama target's drafters (`../mamba-drafter`, `../transformer-drafter`), for comparison.%s\n\n"
+           "of validation-split stories of the demo target's corpus, in no training data here)%s. τ counts "
+           "accepted draft tokens plus the bonus token per target step. T=0: greedy verification; T=1: multi-round "
+           "speculative sampling, children drawn without replacement from the drafter's top-32 distribution q. The "
+           "target's Mamba-2 state is verified as a token tree (STree).%s%s\n\n"
            % (": " + "; ".join(sorted(f for f in footers if f)) if any(footers) else "",
+              " `mamba-drafter` / `transformer-drafter` are the demo Llama target's drafters (`../mamba-drafter`, "
+              "`../transformer-drafter`), for comparison." if demo_rows else "",
               (" " + args.note) if args.note else "")
            + "\n".join(rows) + "\n\nCommands:\n\n```\n" + "\n".join(cmds) + "\n```\n")
     text = open(args.card).read()
@@ -284,7 +288,7 @@ def measured(args):
         i = j + 1
     end = start + len("\n".join(lines[:i]))
     text = text[:start] + sec.rstrip("\n") + text[end:]
-    open(args.card, "w").write(text)
+    open(args.card, "w").write(re.sub(r"\n{3,}", "\n\n", text))
 
 
 def sim(args):
