@@ -107,6 +107,7 @@ absl::StatusOr<ShapePlan> SpecPlanner::Plan(absl::Span<const PlanSequence> batch
   if (!plan.ok()) return plan;
   double km_used = km;
   bool speculate = Pays(*plan);
+  prefers_plain_ = !speculate;
   if (speculate && check_interval_ != options_.check_every) {
     check_interval_ = options_.check_every;
     next_check_ = std::min(next_check_, planned_ + check_interval_);

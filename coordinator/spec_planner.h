@@ -165,6 +165,11 @@ class SpecPlanner {
   // measured bucket's, else 1.
   double time_factor(bool speculated, int64_t batch) const;
 
+  // Whether the last planned step (after the probes; check steps aside)
+  // found that no tree pays: the lane then decodes plainly, and the step
+  // machine sends its auto sequences no catch-ups (StepMachine::PlanCatchUps).
+  bool prefers_plain() const { return prefers_plain_; }
+
   const VerifyCostModel& verify() const { return verify_; }
   const DraftCostModel& draft() const { return draft_; }
   double overhead_seconds() const { return overhead_; }
@@ -187,6 +192,7 @@ class SpecPlanner {
   int probes_ = 0;                        // probe steps planned
   double overhead_ = 0.0;                 // EMA of verify RPC wall − forward time
   int64_t planned_ = 0;                   // planned steps after the probes
+  bool prefers_plain_ = false;            // see prefers_plain()
   int64_t check_interval_ = 0;            // planned steps between check steps
   int64_t next_check_ = 0;                // the next check step's planned_
   static constexpr int kBuckets = 12;     // batch 1, 2-3, 4-7, ..., >= 2048

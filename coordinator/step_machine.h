@@ -312,7 +312,8 @@ class StepMachine {
   // after a long plain stretch). A sequence catching up decodes plainly until
   // OnCaughtUp. Sampled sequences never catch up this way: whether the
   // catch-up returned before their next step would change their trees, and
-  // so a seeded sample.
+  // so a seeded sample. Nor do auto sequences while the planner finds that
+  // no tree pays (SpecPlanner::prefers_plain).
   std::vector<DraftItem> PlanCatchUps();
   // The catch-up of `ids` returned: one status per id, or the RPC's failure
   // (the drafter's state is then unknown: re-open later).

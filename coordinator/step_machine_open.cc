@@ -162,6 +162,13 @@ std::vector<DraftItem> StepMachine::PlanCatchUps() {
     if (s->drafter != Seq::Drafter::kOpen || s->catching_up) continue;
     const GenerationRequest& g = s->req->request();
     if (g.sampling.temperature > 0 || s->plain_run < options_.catch_up_after_steps) continue;
+    // While no tree pays, an auto sequence's catch-ups would only keep the
+    // drafter busy beside the Verify (on a shared GPU or CPU that slows every
+    // step: 0.64x plain at concurrency 64 on an H200, docs/gpu/
+    // spec_bench_h200_2026-11-26.txt); the next drafted step (a check, or
+    // the load falling) feeds the backlog in its Draft, or, once trees pay
+    // again, a catch-up does.
+    if (g.auto_tree && planner_->Ready() && planner_->prefers_plain()) continue;
     const size_t behind = s->tokens.size() - s->drafter_consumed;
     if (behind < static_cast<size_t>(options_.catch_up_tokens)) continue;
     // All but the last token: the next Draft must bring at least one new

@@ -50,21 +50,25 @@ ABSL_FLAG(bool, graphs, true, "Use CUDA graphs for batched steps (cuda only)");
 ABSL_FLAG(int64_t, prefill_chunk_tokens, 32,
           "Longest prompt piece an Open feeds at once; Draft calls go between pieces, so a "
           "long prompt never stalls live streams");
-ABSL_FLAG(int32_t, predraft, 2,
+ABSL_FLAG(int32_t, predraft, -1,
           "Outcomes per sequence whose next tree is drafted while the last one is verified "
-          "(speculative speculative decoding); 0: off");
+          "(speculative speculative decoding); 0: off; -1: 2 on cpu devices, and on others 2 "
+          "with --draft_ahead=1 and 0 otherwise (a drafter that shares its GPU with the worker "
+          "slows every Verify when it drafts beside it: docs/gpu/spec_bench_h200_2026-11-26.txt; "
+          "set it when the drafter has a GPU of its own)");
 ABSL_FLAG(bool, predraft_sampled, false,
           "Also pre-draft after sampled drafts (temperature > 0; their bonus token is rarely "
           "guessed)");
 ABSL_FLAG(int64_t, predraft_max_batch, -1,
           "Draft calls of more sequences than this start no pre-drafting (0: any size; -1: 4 on "
           "cpu devices, where pre-drafting competes with the worker for cores, 0 otherwise)");
-ABSL_FLAG(int32_t, draft_ahead, -1,
+ABSL_FLAG(int32_t, draft_ahead, 0,
           "1: answer the coordinator's draft-ahead requests (the next step's trees for the "
           "--predraft most likely outcomes, asked beside each Verify, so that a matching "
-          "outcome needs no Draft call); 0: coordinators send none; -1: 0 on cpu devices, "
-          "where drafting during the Verify takes the worker's cores and measured no faster "
-          "than pre-drafting (docs/operations.md), 1 otherwise");
+          "outcome needs no Draft call); 0: coordinators send none. Off by default: drafting "
+          "during the Verify takes the worker's cores on a CPU (docs/operations.md) and its "
+          "GPU when the two share one (0.14x plain on an H200, docs/gpu/"
+          "spec_bench_h200_2026-11-26.txt); it pays only on a drafter with hardware of its own");
 ABSL_FLAG(double, sequence_lease_s, 60,
           "Seconds after its last Open/Draft that a sequence is released (its client is presumed "
           "gone); 0: never");
@@ -143,14 +147,14 @@ int Main() {
   options.default_top_k = absl::GetFlag(FLAGS_top_k);
   options.use_graphs = absl::GetFlag(FLAGS_graphs);
   options.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk_tokens);
+  const bool on_cpu = absl::StartsWith(absl::GetFlag(FLAGS_device), "cpu");
+  options.draft_ahead = absl::GetFlag(FLAGS_draft_ahead) > 0;
   options.predraft = absl::GetFlag(FLAGS_predraft);
+  if (options.predraft < 0) options.predraft = on_cpu || options.draft_ahead ? 2 : 0;
   options.predraft_sampled = absl::GetFlag(FLAGS_predraft_sampled);
   options.predraft_max_batch = absl::GetFlag(FLAGS_predraft_max_batch);
-  const int32_t draft_ahead = absl::GetFlag(FLAGS_draft_ahead);
-  options.draft_ahead = draft_ahead < 0 ? !absl::StartsWith(absl::GetFlag(FLAGS_device), "cpu")
-                                        : draft_ahead > 0;
   if (options.predraft_max_batch < 0) {
-    options.predraft_max_batch = absl::StartsWith(absl::GetFlag(FLAGS_device), "cpu") ? 4 : 0;
+    options.predraft_max_batch = on_cpu ? 4 : 0;
   }
   options.sequence_lease = absl::Seconds(absl::GetFlag(FLAGS_sequence_lease_s));
   if (absl::Status st = options.Validate(); !st.ok()) return FailService(st);

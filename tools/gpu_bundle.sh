@@ -18,7 +18,12 @@
 # device tool sends at most 64 MiB (working tree + carried paths): keep the
 # bundle small: it is also packed into .gpu.txz (xz -9, about 18 MB against
 # 120 MB unpacked; the CUDA kernels are in every binary). Carry `.gpu.txz` and
-# start the command with `tar xJf .gpu.txz`.
+# start the command with `tar xJf .gpu.txz`. Mind the sum: since the hybrid
+# demo models landed (2026-11-26) the tracked tree alone is ~62 MiB, so a
+# device call needs a slimmer working tree than main's (e.g. a scratch branch
+# without models/demo/{hybrid-*,mamba2-target,eagle*,redrafter-head}, checked
+# out in the session's own checkout for the call, if the run needs none of
+# them); the tool refuses a tree over 64 MiB before starting a machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD="${BUILD_DIR:-build-gpu}"

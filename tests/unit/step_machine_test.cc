@@ -325,6 +325,48 @@ TEST_F(StepMachineTest, SampledSequencesNeverCatchUpBesideTheSteps) {
   }
 }
 
+// While the planner finds that no tree pays, an "auto" sequence gets no
+// catch-ups: feeding the drafter a backlog nobody drafts from only takes the
+// hardware the Verify runs on (0.64x plain at concurrency 64 on an H200).
+// Profiles where a Draft call costs a second make every tree lose; after the
+// planner's probe steps (drafted, answered with rejected chains) the lane
+// decodes plainly and the drafter falls ever further behind, uncaught.
+TEST(StepMachineCatchUpTest, NoCatchUpsWhileNoTreePays) {
+  VerifyCostModel::Coefficients v;
+  v.per_step = 1e-3;
+  v.per_token = 1e-5;
+  StepMachineOptions o;
+  o.next_sequence_id = [] { return uint64_t{10}; };
+  o.verify_profile = *VerifyCostModel::FromCoefficients(v);
+  o.draft_profile = *DraftCostModel::FromCoefficients({1.0, 0.0, 0.0, 0.0});
+  StepMachine m(o);
+  GenerationRequest g;
+  g.prompt = {1, 2};
+  g.max_tokens = 200;
+  g.drafter = "d";
+  g.auto_tree = true;
+  auto r = std::make_shared<RequestState>(g, Clock::now(), std::nullopt);
+  m.Admit({r}, Clock::now(), true);
+  m.OnWorkerOpened({10}, std::vector<WorkerOpenReply>{{absl::OkStatus(), 100}}, Clock::now());
+  m.OnDrafterOpened({10}, std::vector<absl::Status>{absl::OkStatus()}, Clock::now());
+  int32_t next = 101, drafted = 0;
+  for (int i = 0; i < 6 * StepMachineOptions{}.catch_up_tokens; ++i) {
+    std::vector<DraftItem> d = m.PlanDrafts();
+    // A chain:2 from the root; the verify below rejects it.
+    std::vector<DraftReply> replies(
+        d.size(), DraftReply{absl::OkStatus(), absl::OkStatus(), 3, next - 1, {-1, 0, 1}, false, 1000});
+    drafted += !d.empty();
+    m.ApplyDrafts(replies);
+    ASSERT_EQ(m.PlanVerify().size(), 1u);
+    m.ApplyVerify(std::vector<VerifyReply>{{absl::OkStatus(), {next++}, 0}});
+    m.OnStepTimes(d.empty() ? 0.0 : 1.0, 1e-3, 1.1e-3, d.empty() ? 1.1e-3 : 1.0011, 0.0);
+    EXPECT_TRUE(m.PlanCatchUps().empty()) << "step " << i << ": a catch-up while plain pays";
+  }
+  EXPECT_TRUE(m.planner().prefers_plain());
+  EXPECT_GE(drafted, 1) << "the probes drafted";
+  EXPECT_LE(drafted, 8) << "probes, and a check or two at most";
+}
+
 TEST(StepMachineProfileTest, StartUpProfilesBecomeThePlannersPriors) {
   VerifyCostModel::Coefficients v;
   v.per_step = 2e-3;

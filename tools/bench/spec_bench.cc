@@ -8,9 +8,11 @@
 // for) and its wait for the candidates after the Verify, per step, and "cpu
 // ms": the coordinator's own CPU time per step on its step path (the lane
 // thread, its gRPC client work included), which unlike the wall times does
-// not grow with the machine's load. Draft-ahead is off by default for cpu
-// drafters; compare it with the default in one run by naming a drafter twice,
-// e.g. ahead:mamba=models/demo/mamba-drafter|--draft_ahead=1.
+// not grow with the machine's load. Draft-ahead is off by default (and on a
+// GPU drafter, pre-drafting too); compare it with the default in one run by
+// naming a drafter twice, e.g. ahead:mamba=models/demo/mamba-drafter|--draft_ahead=1.
+// Every configuration runs once untimed with short requests before each
+// concurrency's timed runs (--warmup).
 // With --rounds R every configuration runs R times, plain and speculative
 // interleaved (plain, drafter 1, drafter 2, plain, ...), and the table gives
 // the mean tokens/s and the median of the per-round speedups over the plain
@@ -42,7 +44,6 @@
 #include "absl/strings/str_split.h"
 #include "coordinator/coordinator.h"
 #include "core/util/cli_args.h"
-#include "core/util/sched_hints.h"
 
 ABSL_FLAG(std::string, target, "models/demo/target", "Target model directory");
 ABSL_FLAG(std::string, drafters, "mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter,"
@@ -59,9 +60,9 @@ ABSL_FLAG(int32_t, requests_per_client, 2, "Requests each client sends in sequen
 ABSL_FLAG(std::string, bin, "build/bin", "Directory of treespec-worker and treespec-drafter");
 ABSL_FLAG(std::string, device, "cpu", "Worker and drafter backend");
 ABSL_FLAG(double, temperature, 0.0, "Sampling temperature (0: greedy)");
-ABSL_FLAG(int32_t, sched_slice_us, 0,
-          "Scheduler slice of the in-process coordinator's threads, as treespec-coordinator's "
-          "--sched_slice_us (0: the kernel's default)");
+ABSL_FLAG(bool, warmup, true,
+          "Before each concurrency's timed runs, run every configuration once, untimed, with "
+          "16-token requests");
 
 namespace treespec {
 namespace {
@@ -131,10 +132,9 @@ struct RunResult {
 std::atomic<int64_t> failed_requests{0};
 
 RunResult Run(Coordinator* coordinator, const std::string& drafter, const std::string& tree,
-              int clients) {
+              int clients, int max_tokens, int per_client) {
   const LaneStepStats before = coordinator->TotalStats();
   std::atomic<int64_t> tokens{0}, steps{0}, accepted{0}, ahead_steps{0}, ahead_hits{0};
-  const int per_client = absl::GetFlag(FLAGS_requests_per_client);
   const char* prompts[] = {"Once upon a time, there was a little", "One day, a boy named Tom",
                            "The sun was shining and", "Lily and her mom went to the",
                            "There was a big red ball in", "A little bird wanted to"};
@@ -145,7 +145,7 @@ RunResult Run(Coordinator* coordinator, const std::string& drafter, const std::s
       for (int r = 0; r < per_client; ++r) {
         v1::GenerateRequest req;
         req.set_text(prompts[(c * per_client + r) % 6]);
-        req.set_max_tokens(absl::GetFlag(FLAGS_max_tokens));
+        req.set_max_tokens(max_tokens);
         req.mutable_sampling()->set_temperature(static_cast<float>(absl::GetFlag(FLAGS_temperature)));
         req.mutable_sampling()->set_seed(c * 1000 + r);
         req.mutable_speculation()->set_drafter(drafter);
@@ -264,11 +264,16 @@ int Main() {
     names.push_back(name);
   }
   auto tok = LoadTokenizer(absl::GetFlag(FLAGS_target));
+  if (!tok.ok()) {  // the prompts are text
+    std::fprintf(stderr, "spec_bench: %s\n", tok.status().ToString().c_str());
+    for (Child& c : children) Kill(c);
+    return 1;
+  }
   CoordinatorOptions options;
   options.max_batch = 64;
   options.default_max_tokens = absl::GetFlag(FLAGS_max_tokens);
   auto coordinator = Coordinator::Create(options, std::move(workers), std::move(drafters),
-                                         tok.ok() ? std::move(*tok) : nullptr);
+                                         std::move(*tok));
   if (!coordinator.ok() || !(*coordinator)->Start().ok()) {
     std::fprintf(stderr, "coordinator failed\n");
     for (Child& c : children) Kill(c);
@@ -278,7 +283,7 @@ int Main() {
   for (absl::string_view c : absl::StrSplit(absl::GetFlag(FLAGS_concurrency), ',')) {
     conc.push_back(std::stoi(std::string(c)));
   }
-  Run(coordinator->get(), "none", "", 1);  // warm-up
+  Run(coordinator->get(), "none", "", 1, absl::GetFlag(FLAGS_max_tokens), 1);  // first request
   std::vector<std::pair<std::string, std::string>> configs = {{"none", "-"}};
   for (const std::string& name : names) {
     for (absl::string_view tree : absl::StrSplit(absl::GetFlag(FLAGS_trees), ';', absl::SkipEmpty())) {
@@ -291,12 +296,21 @@ int Main() {
               "verify ms", "other ms", "rpc ms", "handler", "coord ms", "min x", "ahead", "wait ms",
               "cpu ms");
   for (int c : conc) {
+    // Warm-up, untimed: every configuration once with short requests, so no
+    // timed run pays a process's first use of a batch size (lazy CUDA graph
+    // captures, allocator growth, a drafter's first Open).
+    for (size_t k = 0; k < configs.size() && absl::GetFlag(FLAGS_warmup); ++k) {
+      const std::string tree = configs[k].second == "-" ? "" : configs[k].second;
+      Run(coordinator->get(), configs[k].first, tree, c, 16, 1);
+    }
     // [config][round]
     std::vector<std::vector<RunResult>> runs(configs.size());
     for (int round = 0; round < rounds; ++round) {
       for (size_t k = 0; k < configs.size(); ++k) {
         const std::string tree = configs[k].second == "-" ? "" : configs[k].second;
-        runs[k].push_back(Run(coordinator->get(), configs[k].first, tree, c));
+        runs[k].push_back(Run(coordinator->get(), configs[k].first, tree, c,
+                              absl::GetFlag(FLAGS_max_tokens),
+                              absl::GetFlag(FLAGS_requests_per_client)));
       }
     }
     for (size_t k = 0; k < configs.size(); ++k) {
@@ -347,10 +361,5 @@ int Main() {
 
 int main(int argc, char** argv) {
   treespec::ParseFlags(argc, argv);
-  // As treespec-coordinator does (rpc/service_main.h, --sched_slice_us): the
-  // in-process coordinator's threads ask for the same slice as the services'.
-  if (const int32_t us = absl::GetFlag(FLAGS_sched_slice_us); us > 0) {
-    (void)treespec::RequestShortSlices(absl::Microseconds(us));
-  }
   return treespec::Main();
 }

@@ -9,7 +9,9 @@ batch are greedy (the labels temperature-0 acceptance needs), half are sampled
 at --temperature (default 1). Train prompts come from the train split, val
 prompts from the val split (held out).
 
-Generation is batched with a KV cache; each batch has one prompt length.
+Generation is batched with a cache (K/V for attention layers; conv and SSM states
+for Mamba-2 layers, whose prompt is scanned chunk-wise and whose continuation is
+decoded with the one-step recurrence); each batch has one prompt length.
 On CUDA the target runs in float32 with TF32 off (--fast for bf16), so greedy
 labels match a float32 engine except at near-ties.
 
@@ -177,8 +179,8 @@ def main():
     if args.min_prompt < 1 or args.max_prompt < args.min_prompt or args.max_len <= args.max_prompt:
         die("need 1 <= min-prompt <= max-prompt < max-len")
     model, cfg = M.load_model(args.target, device)
-    if model.arch != "llama":
-        die("the target must be a Llama model")
+    if not hasattr(model, "new_cache"):
+        die("the target must be a model with a generation cache (Llama, Mamba-2 or Bamba), not %s" % model.arch)
     eos = cfg["eos_token_id"]
     eos = eos[0] if isinstance(eos, list) else eos
     log("distill_data: target %s (%s params) on %s; %d train + %d val sequences, prompts %d-%d, max_len %d" %

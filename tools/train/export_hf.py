@@ -39,6 +39,20 @@ ROLE_TEXT = {
     "transformer-drafter": "A small Llama (\"transformer\") drafter for the demo target (`../target`), "
                            "distilled from it: trained on the target's own continuations of story openings "
                            "(paper 003 Sec. 3.5).",
+    "hybrid-target": "The hybrid (Mamba-2 + attention, transformers' `BambaForCausalLM` layout) target of "
+                     "treespec's demo, for state-space / hybrid verification (STree, paper 001): the demo "
+                     "target's size and vocabulary, distilled from the demo Llama target (`../target`). The "
+                     "drafters in `../hybrid-mamba-drafter` and `../hybrid-transformer-drafter` are distilled "
+                     "from it.",
+    "mamba2-target": "A pure Mamba-2 (`Mamba2ForCausalLM`) target of treespec's demo, for state-space "
+                     "verification (STree, paper 001): the demo vocabulary, distilled from the demo Llama "
+                     "target (`../target`).",
+    "hybrid-mamba-drafter": "A Mamba drafter for the demo hybrid target (`../hybrid-target`), distilled from "
+                            "it: trained on the hybrid's own continuations of story openings (paper 003 "
+                            "Sec. 3.5), the Mamba drafter of paper 000.",
+    "hybrid-transformer-drafter": "A small Llama (\"transformer\") drafter for the demo hybrid target "
+                                  "(`../hybrid-target`), distilled from it: trained on the hybrid's own "
+                                  "continuations of story openings (paper 003 Sec. 3.5).",
 }
 
 LICENCE_TEXT = (
@@ -51,11 +65,7 @@ LICENCE_TEXT = (
 
 
 def hf_config(cfg, dtype_name):
-    out = {}
-    for k, v in cfg.items():
-        if v is None:
-            continue
-        out[k] = v
+    out = M.hf_config_dict(cfg)
     out["torch_dtype"] = dtype_name
     if out.get("model_type") == "llama":
         out.setdefault("pretraining_tp", 1)
@@ -81,6 +91,9 @@ def main():
     ap.add_argument("--data-desc", default="", help="model card: description of the training data")
     ap.add_argument("--command", default="", help="model card: training command")
     ap.add_argument("--max-position-embeddings", type=int, default=0, help="override in config.json")
+    ap.add_argument("--notes", help="model card: a markdown file inserted as a section after the data")
+    ap.add_argument("--pipeline", default="tools/train/make_demo_models.sh",
+                    help="model card: the script that makes the model")
     args = ap.parse_args()
 
     model, cfg = M.load_model(args.checkpoint)
@@ -128,7 +141,22 @@ def main():
     res = read_json(res_path) if os.path.exists(res_path) else {}
     n = M.count_params(model)
     fsize = os.path.getsize(os.path.join(args.out, "model.safetensors"))
-    if model.arch == "mamba":
+    if model.arch == "mamba2":
+        size_text = ("d_model %d, %d layers, %d heads x head_dim %d (expand %d, d_inner %d), n_groups %d, "
+                     "d_state %d, conv %d%s" % (
+                         cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_heads"], cfg["head_dim"],
+                         cfg["expand"], cfg["num_heads"] * cfg["head_dim"], cfg["n_groups"], cfg["state_size"],
+                         cfg["conv_kernel"], ", lm_head tied" if cfg["tie_word_embeddings"] else ""))
+    elif model.arch == "bamba":
+        attn = cfg["attn_layer_indices"]
+        size_text = ("hidden %d, %d layers: attention at layers %s (%d heads / %d KV heads, head_dim %d, RoPE theta %g "
+                     "on half of each head), Mamba-2 mixers elsewhere (%d heads x head_dim %d, expand %d, "
+                     "n_groups %d, d_state %d, conv %d); SwiGLU MLP %d in every layer" % (
+                         cfg["hidden_size"], cfg["num_hidden_layers"], attn, cfg["num_attention_heads"],
+                         cfg["num_key_value_heads"], cfg["hidden_size"] // cfg["num_attention_heads"],
+                         cfg["rope_theta"], cfg["mamba_n_heads"], cfg["mamba_d_head"], cfg["mamba_expand"],
+                         cfg["mamba_n_groups"], cfg["mamba_d_state"], cfg["mamba_d_conv"], cfg["intermediate_size"]))
+    elif model.arch == "mamba":
         size_text = "d_model %d, %d layers, d_state %d, expand %d (d_inner %d), conv %d, dt_rank %d" % (
             cfg["hidden_size"], cfg["num_hidden_layers"], cfg["state_size"], cfg["expand"],
             cfg["intermediate_size"], cfg["conv_kernel"], cfg["time_step_rank"])
@@ -138,7 +166,12 @@ def main():
             cfg["num_key_value_heads"], cfg["head_dim"], cfg["intermediate_size"], cfg["rope_theta"])
     val = []
     if "corpus_val" in res:
-        val.append("corpus val loss %.4f (top-1 %.3f)" % (res["corpus_val"]["loss"], res["corpus_val"]["top1"]))
+        cv = res["corpus_val"]
+        val.append("corpus val loss %.4f (top-1 %.3f)" % (cv["loss"], cv["top1"]))
+        if "teacher_top1_agree" in cv:
+            val.append("on the same %d val positions: top-1 agreement with the teacher %.3f, KL(teacher || "
+                       "model) %.4f, the teacher's own val loss %.4f" %
+                       (cv["tokens"], cv["teacher_top1_agree"], cv["teacher_kl"], cv["teacher_loss"]))
     if res.get("kept_best_step"):
         val.append("weights from step %d, the best periodic validation (the last step's val loss was %s)" %
                    (res["kept_best_step"], res.get("final_step_val_loss")))
@@ -173,6 +206,8 @@ def main():
         "command": cmd,
         "torch_version": res.get("torch", str(torch.__version__)),
         "sim_text": sim,
+        "notes_text": (open(args.notes).read().strip() + "\n\n") if args.notes else "",
+        "pipeline": args.pipeline,
         "licence_text": LICENCE_TEXT,
     })
     with open(os.path.join(args.out, "MODEL_CARD.md"), "w") as f:

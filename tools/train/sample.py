@@ -6,8 +6,8 @@ the target's coherence, or to make reference outputs for tests.
   python sample.py --model WORK/export/target --prompts-file WORK/data/heldout_prompts.txt --num 5 --json out.json
 
 Prompts are encoded as treespec does: BOS + SentencePiece ids (add_bos_token
-true, no EOS). Generation stops at EOS. Llama models use the KV cache; Mamba
-recomputes the prefix each step (fine for short outputs).
+true, no EOS). Generation stops at EOS. Llama, Mamba-2 and Bamba models use their
+cache (K/V, SSM states); Mamba recomputes the prefix each step (fine for short outputs).
 """
 
 import argparse
@@ -25,7 +25,7 @@ import models as M  # noqa: E402
 def continue_ids(model, ids, max_new, eos, temperature=0.0, gen=None):
     out = list(ids)
     x = torch.tensor([ids])
-    cache = model.new_cache(len(ids) + max_new) if model.arch == "llama" else None
+    cache = model.new_cache(len(ids) + max_new) if hasattr(model, "new_cache") else None
     logits = model(x, cache, 0)[0, -1] if cache is not None else model(x)[0, -1]
     for _ in range(max_new):
         if temperature > 0:

@@ -1,8 +1,10 @@
-"""Tests of tools/train: scans, HF parity, KV cache, export round trip, acceptance simulation.
+"""Tests of tools/train: scans (Mamba selective scan, Mamba-2 SSD), HF parity, caches,
+the hybrid warm start, export round trip, acceptance simulation.
 
   .venv/bin/python -m pytest tools/train -q        (or: .venv/bin/python tools/train/test_models.py)
 
-The transformers comparisons are skipped when transformers is not installed.
+The transformers comparisons are skipped when transformers is not installed (Bamba's
+when it has no BambaForCausalLM: transformers < 4.48; the v5 venv has it).
 """
 
 import json
@@ -31,6 +33,32 @@ except (ImportError, ValueError):
 TINY_LLAMA = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2)
 TINY_MAMBA = dict(vocab_size=300, hidden_size=48, num_hidden_layers=2, state_size=16)
+TINY_MAMBA2 = dict(vocab_size=300, hidden_size=48, num_hidden_layers=2, head_dim=16, n_groups=2, state_size=8)
+TINY_BAMBA = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
+                  num_key_value_heads=2, attn_layer_indices=[1, 3], mamba_n_heads=4, mamba_n_groups=2,
+                  mamba_d_state=8, rope_theta=500.0)
+
+
+def hf_has(name):
+    """transformers has class `name` with the semantics the trainer follows. Mamba-2 / Bamba:
+    transformers >= 5 only (4.x's Mamba2 torch path tiles B and C over the heads instead of
+    giving head h group h // (H / G), normalises the gated output over all channels instead
+    of per group, and clamps dt at time_step_min; all differ from mamba_ssm when n_groups > 1)."""
+    if not HAVE_HF:
+        return False
+    import transformers
+    if name in ("Mamba2ForCausalLM", "BambaForCausalLM") and int(transformers.__version__.split(".")[0]) < 5:
+        return False
+    return hasattr(transformers, name)
+
+
+def perturb(model, scale=0.05, seed=0):
+    """Moves parameters off their init (so parity checks mean something)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=g))
+    return model
 
 
 def rel(a, b):
@@ -74,6 +102,60 @@ def test_scan_gradients_match():
     M.selective_scan_chunked(*args, chunk=8).square().sum().backward()
     for a, b in zip(g_ref, [t.grad for t in args]):
         assert rel(a, b) < 1e-5
+
+
+def ssd_inputs(b, L, H, P, G, N, strong=False, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(b, L, H, P, generator=g)
+    if strong:  # large steps, strong decay: products of decays underflow within a chunk
+        dt = F.softplus(torch.randn(b, L, H, generator=g) * 2 + 1)
+        A = -torch.exp(torch.rand(H, generator=g) * 3)
+    else:
+        dt = F.softplus(torch.randn(b, L, H, generator=g) - 3)
+        A = -torch.arange(1, H + 1).float()
+    return (x, dt, A, torch.randn(b, L, G, N, generator=g), torch.randn(b, L, G, N, generator=g),
+            torch.randn(b, H, P, N, generator=g))
+
+
+def test_ssd_chunked_matches_sequential():
+    """Mamba-2: the chunked SSD scan (training) equals the step-by-step recurrence
+    (generation), outputs and final state, with and without an initial state."""
+    for L, Q in [(1, 64), (5, 4), (16, 16), (37, 8), (64, 64), (100, 32), (256, 64), (256, 256)]:
+        for strong in (False, True):
+            x, dt, A, B, C, h0 = ssd_inputs(2, L, 4, 8, 2, 6, strong, seed=L)
+            for init in (None, h0):
+                y1, h1 = M.ssd_sequential(x, dt, A, B, C, init)
+                y2, h2 = M.ssd_chunked(x, dt, A, B, C, Q, init)
+                assert torch.isfinite(y2).all()
+                assert rel(y1, y2) < 2e-6, (L, Q, strong, rel(y1, y2))
+                assert rel(h1, h2) < 2e-6, (L, Q, strong, rel(h1, h2))
+
+
+def test_ssd_gradients_match():
+    args = [t.clone().requires_grad_() for t in ssd_inputs(2, 40, 4, 8, 2, 6, seed=5)[:5]]
+    M.ssd_sequential(*args)[0].square().sum().backward()
+    g_ref = [t.grad.clone() for t in args]
+    for t in args:
+        t.grad = None
+    M.ssd_chunked(*args, chunk=16)[0].square().sum().backward()
+    for a, b in zip(g_ref, [t.grad for t in args]):
+        assert rel(a, b) < 1e-5
+
+
+def test_mamba2_and_bamba_cache_matches_full_forward():
+    """Prefill (chunked scan, conv from zero padding) + one-token steps (recurrence, conv
+    state, KV cache) + another chunk give the full forward's logits."""
+    torch.manual_seed(6)
+    for m in (M.Mamba2ForCausalLM(dict(TINY_MAMBA2)), M.BambaForCausalLM(dict(TINY_BAMBA))):
+        m = perturb(m.eval(), seed=6)
+        m.set_scan("chunked", 8)
+        ids = torch.randint(0, 300, (3, 40))
+        with torch.no_grad():
+            full = m(ids)
+            c = m.new_cache(64)
+            parts = ([m(ids[:, :7], c, 0)] + [m(ids[:, t:t + 1], c, t) for t in range(7, 12)] +
+                     [m(ids[:, 12:30], c, 12)] + [m(ids[:, t:t + 1], c, t) for t in range(30, 40)])
+        assert rel(full, torch.cat(parts, 1)) < 1e-5, m.arch
 
 
 def test_llama_kv_cache_matches_full_forward():
@@ -149,6 +231,81 @@ def test_mamba_matches_transformers():
             assert rel(m(ids), ref) < 1e-5, scan
 
 
+def _hf_from_ours(m):
+    import transformers
+    hc = {k: v for k, v in M.hf_config_dict(m.config).items() if k != "architectures"}
+    if m.arch == "bamba":
+        hf = transformers.BambaForCausalLM(transformers.BambaConfig(**hc))
+    else:
+        hf = transformers.Mamba2ForCausalLM(transformers.Mamba2Config(**hc))
+    missing, unexpected = hf.load_state_dict(M.export_state_dict(m), strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+    hf.tie_weights()
+    return hf.eval()
+
+
+def test_mamba2_matches_transformers():
+    if not hf_has("Mamba2ForCausalLM"):
+        return
+    torch.manual_seed(7)
+    for tie in (True, False):
+        m = perturb(M.Mamba2ForCausalLM(dict(TINY_MAMBA2, tie_word_embeddings=tie)).eval(), seed=7)
+        hf = _hf_from_ours(m)
+        ids = torch.randint(0, 300, (2, 70))
+        with torch.no_grad():
+            ref = hf(ids, use_cache=False).logits
+            for scan in ("ref", "chunked"):
+                m.set_scan(scan, 16)
+                assert rel(m(ids), ref) < 1e-5, (tie, scan)
+
+
+def test_bamba_matches_transformers():
+    if not hf_has("BambaForCausalLM"):
+        return
+    torch.manual_seed(8)
+    for attn in ([1, 3], [0], []):
+        m = perturb(M.BambaForCausalLM(dict(TINY_BAMBA, attn_layer_indices=attn)).eval(), seed=8)
+        hf = _hf_from_ours(m)
+        ids = torch.randint(0, 300, (2, 70))
+        with torch.no_grad():
+            ref = hf(ids, use_cache=False).logits
+            for scan in ("ref", "chunked"):
+                m.set_scan(scan, 16)
+                assert rel(m(ids), ref) < 1e-5, (attn, scan)
+
+
+def test_hybrid_warm_start_maps_llama_rope():
+    """hybrid_init.warm_start: with attention in every layer, the hybrid equals the
+    Llama it came from once the Llama's q/k channels of the odd RoPE pairs (those
+    Bamba's half-rotary heads cannot turn) are zero; and always at one position."""
+    sys.path.insert(0, HERE)
+    from hybrid_init import warm_start
+    torch.manual_seed(9)
+    cfg = dict(vocab_size=300, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+               num_key_value_heads=2, rope_theta=500.0)
+    llama = perturb(M.LlamaForCausalLM(dict(cfg)).eval(), seed=9)
+    hybrid = M.BambaForCausalLM(dict(cfg, attn_layer_indices=[0, 1, 2])).eval()
+    ids = torch.randint(0, 300, (2, 1))
+    warm_start(hybrid, llama)
+    with torch.no_grad():
+        assert rel(llama(ids), hybrid(ids)) < 1e-5
+        hd = 16
+        odd = [j for j in range(hd // 2) if j % 2] + [hd // 2 + j for j in range(hd // 2) if j % 2]
+        for layer in llama.model.layers:
+            for proj, heads in ((layer.self_attn.q_proj, 4), (layer.self_attn.k_proj, 2)):
+                w = proj.weight.view(heads, hd, -1)
+                w[:, odd] = 0.0
+    warm_start(hybrid, llama)
+    ids = torch.randint(0, 300, (2, 33))
+    with torch.no_grad():
+        assert rel(llama(ids), hybrid(ids)) < 1e-5
+    mixed = M.BambaForCausalLM(dict(cfg, attn_layer_indices=[1]))
+    copied = warm_start(mixed, llama)
+    assert "model.layers.1.self_attn.q_proj.weight" in copied
+    assert not any(k.startswith("model.layers.0.mamba") for k in copied)
+    assert torch.equal(mixed.model.layers[0].feed_forward.up_proj.weight, llama.model.layers[0].mlp.up_proj.weight)
+
+
 def _make_tokenizer(d, vocab=300):
     import sentencepiece as spm
     rnd = random.Random(0)
@@ -169,21 +326,26 @@ def test_export_round_trip():
     with tempfile.TemporaryDirectory() as d:
         tok = _make_tokenizer(d)
         torch.manual_seed(3)
+        arches = {"llama": "LlamaForCausalLM", "mamba": "MambaForCausalLM", "mamba2": "Mamba2ForCausalLM",
+                  "bamba": "BambaForCausalLM"}
+        roles = {"llama": "target", "mamba": "mamba-drafter", "mamba2": "mamba2-target", "bamba": "hybrid-target"}
         for name, model in [("llama", M.LlamaForCausalLM(dict(TINY_LLAMA))),
-                            ("mamba", M.MambaForCausalLM(dict(TINY_MAMBA)))]:
+                            ("mamba", M.MambaForCausalLM(dict(TINY_MAMBA))),
+                            ("mamba2", perturb(M.Mamba2ForCausalLM(dict(TINY_MAMBA2)), seed=3)),
+                            ("bamba", perturb(M.BambaForCausalLM(dict(TINY_BAMBA)), seed=3))]:
             ck = os.path.join(d, name + ".pt")
             torch.save({"model": model.state_dict(), "config": model.config}, ck)
             for dtype in ("f32", "f16", "bf16"):
                 out = os.path.join(d, "%s-%s" % (name, dtype))
                 subprocess.run([sys.executable, os.path.join(HERE, "export_hf.py"), "--checkpoint", ck,
-                                "--tokenizer", tok, "--out", out, "--dtype", dtype,
-                                "--role", "target" if name == "llama" else "mamba-drafter"],
+                                "--tokenizer", tok, "--out", out, "--dtype", dtype, "--role", roles[name]],
                                check=True, stdout=subprocess.DEVNULL)
                 for f in ("config.json", "model.safetensors", "tokenizer.model", "tokenizer_config.json",
                           "generation_config.json", "MODEL_CARD.md"):
                     assert os.path.exists(os.path.join(out, f)), f
                 cfg = json.load(open(os.path.join(out, "config.json")))
-                assert cfg["architectures"] == ["LlamaForCausalLM" if name == "llama" else "MambaForCausalLM"]
+                assert cfg["architectures"] == [arches[name]]
+                assert "time_step_limit" not in cfg  # the default (0, inf) is left out: JSON has no infinity
                 assert cfg["torch_dtype"] == {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}[dtype]
                 back, _ = M.load_model(out)
                 ids = torch.tensor([[1, 5, 17, 42, 99, 250, 7, 8, 9, 10]])
@@ -191,7 +353,7 @@ def test_export_round_trip():
                     a, b = model.eval()(ids), back(ids)
                 tol = {"f32": 1e-6, "f16": 2e-2, "bf16": 1e-1}[dtype]  # rounding of the weights
                 assert rel(a, b) < tol, (name, dtype, rel(a, b))
-                if HAVE_HF and dtype != "bf16":
+                if hf_has(arches[name]) and dtype != "bf16":
                     sys.path.insert(0, HERE)
                     from check_engine import hf_logits
                     theirs, _ = hf_logits(out, ids[0].tolist())
@@ -216,6 +378,27 @@ def test_distill_greedy_generation_matches_full_recompute():
     seq = prompts.clone()
     with torch.no_grad():
         for _ in range(15):
+            seq = torch.cat([seq, m(seq)[:, -1].argmax(-1, keepdim=True)], 1)
+    for r in range(2):
+        n = int(length[r])
+        assert torch.equal(out[r, :n], seq[r, :n])
+
+
+def test_distill_generation_hybrid_matches_full_recompute():
+    """distill_data's batched generation with the hybrid's cache (chunked prefill, then
+    the recurrence + KV cache) gives the argmax continuation of full forwards."""
+    sys.path.insert(0, HERE)
+    from distill_data import generate_batch
+    import contextlib
+    torch.manual_seed(10)
+    m = perturb(M.BambaForCausalLM(dict(TINY_BAMBA)).eval(), 0.2, seed=10)
+    prompts = torch.randint(3, 300, (2, 9))
+    prompts[:, 0] = 1
+    out, length = generate_batch(m, prompts, 30, True, 1.0, 2, torch.Generator().manual_seed(0),
+                                 contextlib.nullcontext)
+    seq = prompts.clone()
+    with torch.no_grad():
+        for _ in range(21):
             seq = torch.cat([seq, m(seq)[:, -1].argmax(-1, keepdim=True)], 1)
     for r in range(2):
         n = int(length[r])

@@ -1,18 +1,24 @@
 #!/usr/bin/env python3
-"""Trains a Llama or Mamba language model: the target, or a drafter by distillation.
+"""Trains a Llama, Mamba, Mamba-2 or Bamba (hybrid) language model: a target, or a
+drafter by distillation.
 
 Two data modes:
   --data DIR      token streams from tokenize_corpus.py (train.npy, val.npy,
                   *_starts.npy): next-token prediction on the corpus (the target).
   --distill FILE  sequences from distill_data.py: the target's own
-                  continuations of corpus prompts. The loss is cross-entropy on
+                  continuations of corpus prompts.
+  --data DIR --teacher T --kd-weight 1: pure distillation of a model (e.g. a
+                  hybrid target from a Llama one) on corpus windows; the corpus
+                  validation then also reports top-1 agreement and KL with T. The loss is cross-entropy on
                   the target's tokens (prompt tokens are context, not labels),
                   optionally mixed with a token-level KL to the target's full
                   distribution (--teacher DIR --kd-weight A):
                     loss = (1 - A) * CE(target tokens) + A * KL(p_target || p_drafter).
 
 Model size comes from --config (a JSON of Hugging Face config fields, see
-configs/) and --set key=value overrides. With --teacher or --param-reference,
+configs/) and --set key=value overrides; --init starts from another checkpoint's
+weights (e.g. hybrid_init.py's warm-started hybrid; its config is used when no
+--config is given). With --teacher or --param-reference,
 the run FAILS (exit 2) before training if the model has more than
 1/--max-param-ratio of the reference's parameters (embeddings included).
 
@@ -57,7 +63,8 @@ TREES = {"chain4": (1, 1, 1, 1), "tree32211": (3, 2, 2, 1, 1), "tree3321": (3, 3
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--arch", choices=["llama", "mamba"], help="default: from the config")
+    ap.add_argument("--arch", choices=["llama", "mamba", "mamba2", "bamba"], help="default: from the config")
+    ap.add_argument("--init", help="start from this checkpoint's (or HF dir's) weights; its config unless --config")
     ap.add_argument("--config", help="JSON of HF config fields")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a config field (value parsed as JSON)")
@@ -67,7 +74,9 @@ def parse_args(argv=None):
     ap.add_argument("--kd-weight", type=float, default=0.0)
     ap.add_argument("--kd-temperature", type=float, default=1.0)
     ap.add_argument("--param-reference", help="model whose size bounds this one (default: --teacher)")
-    ap.add_argument("--max-param-ratio", type=float, default=20.0)
+    ap.add_argument("--max-param-ratio", type=float, default=20.0,
+                    help="fail if the model exceeds reference/RATIO parameters (0: no check, e.g. a "
+                         "target distilled from another target)")
     ap.add_argument("--out-dir", required=True)
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--batch-size", type=int, default=64)
@@ -85,8 +94,10 @@ def parse_args(argv=None):
     ap.add_argument("--align-prob", type=float, default=0.5,
                     help="corpus mode: share of windows that start at a story's BOS")
     ap.add_argument("--scan", choices=["auto", "chunked", "ref"], default="auto",
-                    help="mamba selective scan: auto = chunked on CUDA, sequential on CPU")
-    ap.add_argument("--scan-chunk", type=int, default=16, help="mamba: chunk length of the chunked scan")
+                    help="mamba selective scan: auto = chunked on CUDA, sequential on CPU; "
+                         "mamba2/bamba SSD scan: auto = chunked (matrix products, fast on both)")
+    ap.add_argument("--scan-chunk", type=int, default=0,
+                    help="chunk length of the chunked scan (0: 16 for mamba, 64 for mamba2/bamba)")
     ap.add_argument("--eval-every", type=int, default=0, help="steps (0: only at the end)")
     ap.add_argument("--eval-batches", type=int, default=8)
     ap.add_argument("--keep-best", action="store_true",
@@ -192,7 +203,7 @@ def make_optimizer(model, args, device):
         if id(p) in seen or not p.requires_grad:
             continue
         seen.add(id(p))
-        if p.dim() < 2 or name.endswith("A_log") or name.endswith(".D"):
+        if p.dim() < 2 or name.endswith(("A_log", ".D", "dt_bias")):
             no_decay.append(p)
         else:
             decay.append(p)
@@ -247,10 +258,13 @@ def simulate_acceptance(logits, labels, greedy_rows, plens, lengths):
 
 
 @torch.no_grad()
-def evaluate(model, batches, args, device, autocast, n_batches, seed_tag, greedy_sim=False):
+def evaluate(model, batches, args, device, autocast, n_batches, seed_tag, greedy_sim=False, teacher=None):
+    """Loss and top-1 on val batches; with a teacher also the teacher's own loss, top-1
+    agreement (argmax equal) and KL(teacher || model), averaged over the same positions."""
     model.eval()
     rng = np.random.default_rng([args.seed, seed_tag])
     tot = cnt = hit = 0.0
+    t_tot = t_agree = t_kl = 0.0
     sims = []
     for i in range(n_batches):
         if isinstance(batches, DistillBatches):
@@ -270,6 +284,15 @@ def evaluate(model, batches, args, device, autocast, n_batches, seed_tag, greedy
         tot += loss.item()
         cnt += m.sum().item()
         hit += ((logits.argmax(-1) == y) & m).sum().item()
+        if teacher is not None:
+            with autocast():
+                tl = teacher(x)
+            tl = tl.float()
+            t_tot += F.cross_entropy(tl.reshape(-1, tl.shape[-1]), y.reshape(-1), ignore_index=-100,
+                                     reduction="sum").item()
+            t_agree += ((logits.argmax(-1) == tl.argmax(-1)) & m).sum().item()
+            lt = F.log_softmax(tl, -1)
+            t_kl += ((lt.exp() * (lt - F.log_softmax(logits, -1))).sum(-1) * m).sum().item()
         if greedy_sim and idx is not None:
             sims.append(simulate_acceptance(logits, y, batches.greedy[idx], batches.prompt_len[idx],
                                             batches.length[idx]))
@@ -277,6 +300,9 @@ def evaluate(model, batches, args, device, autocast, n_batches, seed_tag, greedy
             break
     model.train()
     res = {"loss": tot / max(1.0, cnt), "top1": hit / max(1.0, cnt), "tokens": int(cnt)}
+    if teacher is not None:
+        res.update({"teacher_loss": t_tot / max(1.0, cnt), "teacher_top1_agree": t_agree / max(1.0, cnt),
+                    "teacher_kl": t_kl / max(1.0, cnt)})
     if sims:
         for k in sims[0]:
             vals = [s[k] for s in sims if not math.isnan(s[k])]
@@ -319,6 +345,22 @@ def main(argv=None):
             cfg[k] = json.loads(v)
         except ValueError:
             cfg[k] = v
+    init = None
+    if args.init:
+        if os.path.isdir(args.init):
+            init_model, init_cfg = M.load_model(args.init)
+            init = {"config": init_cfg, "model": init_model.state_dict()}
+            del init_model
+        else:
+            init = M.torch_load(args.init)
+        if not args.config:
+            cfg = dict(init["config"])
+            for kv in args.set:
+                k, _, v = kv.partition("=")
+                try:
+                    cfg[k] = json.loads(v)
+                except ValueError:
+                    cfg[k] = v
     ckpt_path = os.path.join(args.out_dir, "ckpt.pt")
     resume = None
     if args.resume and os.path.exists(ckpt_path):
@@ -331,22 +373,28 @@ def main(argv=None):
         die("give --data or --distill")
     torch.manual_seed(args.seed)
     model = M.build_model(cfg, arch)
-    if arch == "mamba":
-        model.set_scan(args.scan, args.scan_chunk)
+    if hasattr(model, "set_scan"):
+        model.set_scan(args.scan, args.scan_chunk or (16 if arch == "mamba" else 64))
+    if init is not None and resume is None:
+        M.load_state_dict_hf(model, init["model"])
+        log("initialised from %s" % args.init)
     n_params = M.count_params(model)
     log("model: %s, %s parameters (%d), config %s" % (arch, fmt_num(n_params), n_params,
         {k: cfg[k] for k in ("vocab_size", "hidden_size", "num_hidden_layers", "intermediate_size",
-                             "num_attention_heads", "num_key_value_heads", "state_size",
-                             "time_step_rank", "tie_word_embeddings") if k in cfg}))
+                             "num_attention_heads", "num_key_value_heads", "state_size", "num_heads",
+                             "head_dim", "n_groups", "attn_layer_indices", "mamba_n_heads", "mamba_d_head",
+                             "mamba_n_groups", "mamba_d_state", "time_step_rank", "tie_word_embeddings")
+         if k in cfg}))
 
     teacher = None
     ref_path = args.param_reference or args.teacher
     if ref_path:
         ref_model, ref_cfg = M.load_model(ref_path)
         ref_params = M.count_params(ref_model)
-        limit = ref_params / args.max_param_ratio
-        log("reference %s: %s parameters; limit 1/%g = %s; this model %s (ratio 1/%.1f)" %
-            (ref_path, fmt_num(ref_params), args.max_param_ratio, fmt_num(limit), fmt_num(n_params),
+        limit = ref_params / args.max_param_ratio if args.max_param_ratio > 0 else float("inf")
+        log("reference %s: %s parameters; limit %s; this model %s (ratio 1/%.1f)" %
+            (ref_path, fmt_num(ref_params), ("1/%g = %s" % (args.max_param_ratio, fmt_num(limit)))
+             if args.max_param_ratio > 0 else "none (--max-param-ratio 0)", fmt_num(n_params),
              ref_params / n_params))
         if n_params > limit:
             print("FAIL: %d parameters > %d = reference %d / %g" % (n_params, limit, ref_params,
@@ -499,8 +547,11 @@ def main(argv=None):
                 (step, "?" if max_steps >= 10 ** 9 else max_steps, lv, lr, fmt_num(tps), fmt_num(tokens_seen),
                  fmt_time(el), fmt_time(eta)))
         if args.eval_every and step % args.eval_every == 0 and not last:
-            ev = evaluate(model, val_b or corpus_val, args, device, autocast, args.eval_batches, 7)
-            log("eval step %d | val loss %.4f | top1 %.3f" % (step, ev["loss"], ev["top1"]))
+            ev = evaluate(model, val_b or corpus_val, args, device, autocast, args.eval_batches, 7,
+                          teacher=teacher if val_b is None else None)
+            log("eval step %d | val loss %.4f | top1 %.3f%s" % (step, ev["loss"], ev["top1"],
+                (" | teacher agreement %.3f | KL %.4f" % (ev["teacher_top1_agree"], ev["teacher_kl"]))
+                if "teacher_kl" in ev else ""))
             if args.keep_best and ev["loss"] < best["loss"]:
                 best = {"loss": ev["loss"], "step": step,
                         "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}}
@@ -535,10 +586,12 @@ def main(argv=None):
             (ev["loss"], ev["top1"], ", ".join("%s %.2f" % (k[4:], v) for k, v in ev.items()
                                                  if k.startswith("tau_"))))
     if corpus_val is not None:
-        ev = evaluate(model, corpus_val, args, device, autocast, args.eval_batches, 7)
+        ev = evaluate(model, corpus_val, args, device, autocast, args.eval_batches, 7, teacher=teacher)
         result["corpus_val"] = ev
         result["val_loss"] = round(ev["loss"], 4)
-        log("final corpus val: loss %.4f (ppl %.2f) | top1 %.3f" % (ev["loss"], math.exp(ev["loss"]), ev["top1"]))
+        log("final corpus val: loss %.4f (ppl %.2f) | top1 %.3f%s" % (ev["loss"], math.exp(ev["loss"]), ev["top1"],
+            (" | teacher: loss %.4f, top-1 agreement %.3f, KL %.4f" %
+             (ev["teacher_loss"], ev["teacher_top1_agree"], ev["teacher_kl"])) if teacher is not None else ""))
     model_sd = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     save_atomic({"model": model_sd, "config": cfg, "arch": arch, "result": {k: v for k, v in result.items()
                                                                               if k != "args"}},
