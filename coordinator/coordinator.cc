@@ -33,6 +33,33 @@ void TakeProfile(Endpoint* e, const Proto& profile, const char* what) {
   }
 }
 
+// A drafter that reads the target's hidden features (EAGLE, EAGLE-3,
+// ReDrafter heads) was trained on, and reads the embedding and LM head of,
+// one target: paired with a worker serving another kind of model, or one of
+// another hidden size, it would draft from features it does not understand
+// (or fail every Draft on their width). Such a pairing is a configuration
+// error, refused by name. Workers and drafters that do not say (older ones)
+// pass.
+absl::Status DrafterFitsWorker(const DrafterEndpoint& d, const v1::DrafterInfoResponse& info,
+                               const v1::WorkerInfo& worker) {
+  if (info.feature_layers().empty()) return absl::OkStatus();
+  const std::string what = absl::StrCat("drafter ", d.name, " at ", d.client->address(), " (kind ",
+                                        info.kind(), ") reads the target's hidden features");
+  if (!info.target_model_kind().empty() && !worker.model_kind().empty() &&
+      info.target_model_kind() != worker.model_kind()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, " and was built for a ", info.target_model_kind(), " target, but the workers serve ",
+        worker.model(), ", a ", worker.model_kind(), " model"));
+  }
+  if (info.target_hidden_size() > 0 && worker.hidden_size() > 0 &&
+      info.target_hidden_size() != worker.hidden_size()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, " of width ", info.target_hidden_size(), ", but the workers' model ",
+                     worker.model(), " has hidden size ", worker.hidden_size()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status CoordinatorOptions::Validate() const {
@@ -142,6 +169,7 @@ absl::Status Coordinator::Start() {
         ctx_.max_context = info->max_context();
         ctx_.eos_token_ids.assign(info->eos_token_ids().begin(), info->eos_token_ids().end());
         model_name_ = info->model();
+        worker_info_ = *info;
       } else if (info->vocab_size() != ctx_.vocab_size) {
         return absl::FailedPreconditionError(absl::StrCat("worker ", w->name, " serves a vocabulary of ",
                                                           info->vocab_size(), ", others ",
@@ -167,6 +195,7 @@ absl::Status Coordinator::Start() {
           "drafter ", d->name, " at ", d->client->address(), " has a vocabulary of ",
           info->vocab_size(), " but the target has ", ctx_.vocab_size));
     }
+    TS_RETURN_IF_ERROR(DrafterFitsWorker(*d, *info, worker_info_));
     TakeProfile(d.get(), info->draft_cost(), "drafter");
     d->SetInfo(*info);
   }
@@ -193,8 +222,22 @@ void Coordinator::ProbeLoop() {
     }
     for (auto& d : drafters_) {
       if (d->health.healthy() || !d->health.MayTry(now)) continue;
-      if (absl::StatusOr<v1::DrafterInfoResponse> info = d->client->Info(kProbeTimeout);
-          info.ok()) {
+      absl::StatusOr<v1::DrafterInfoResponse> info = d->client->Info(kProbeTimeout);
+      if (info.ok()) {
+        // A drafter first reached now gets the checks of Start; one that
+        // fails them stays out of service.
+        absl::Status fits = info->vocab_size() != ctx_.vocab_size
+                                ? absl::FailedPreconditionError(absl::StrCat(
+                                      "drafter ", d->name, " has a vocabulary of ",
+                                      info->vocab_size(), " but the target has ", ctx_.vocab_size))
+                                : DrafterFitsWorker(*d, *info, worker_info_);
+        if (!fits.ok()) {
+          if (!d->refused.exchange(true)) {
+            std::cerr << "treespec-coordinator: refusing " << fits.message() << std::endl;
+          }
+          d->health.MarkFailed(Clock::now());
+          continue;
+        }
         TakeProfile(d.get(), info->draft_cost(), "drafter");
         d->SetInfo(*info);
         d->health.MarkHealthy();

@@ -101,6 +101,7 @@ class Coordinator : public GaugeSource {
   std::vector<std::unique_ptr<DrafterEndpoint>> drafters_;
   ValidationContext ctx_;
   std::string model_name_;
+  v1::WorkerInfo worker_info_;  // of the first worker that answered Start
   std::atomic<uint64_t> next_sequence_id_{0};  // random base (Create)
 
   mutable absl::Mutex mu_;

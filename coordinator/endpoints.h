@@ -70,6 +70,9 @@ struct DrafterEndpoint {
   std::unique_ptr<DrafterClient> client;
   EndpointHealth health;
   ProfileSlot<DraftCostModel> draft_profile;
+  // Set once the prober refused it (it does not fit the workers' model), so
+  // that the refusal is logged once.
+  std::atomic<bool> refused{false};
 
   // The target layers whose features the drafter reads (its
   // DrafterInfoResponse.feature_layers; empty: none or not known yet).

@@ -116,6 +116,9 @@ class Drafter {
   // Floats per position of the features it reads (layers x the target's
   // hidden size); 0 when feature_layers() is empty.
   virtual int64_t feature_width() const { return 0; }
+  // The model kind (ModelKindName) of the target whose features it reads;
+  // empty when feature_layers() is empty.
+  virtual std::string target_model_kind() const { return ""; }
   virtual std::vector<absl::Status> Open(const std::vector<DrafterOpenSpec>& specs) = 0;
   virtual std::vector<DraftOutcome> Draft(const std::vector<DraftSpec>& specs) = 0;
   // Draft-ahead: the most candidates one AheadSpec gets; 0 when this

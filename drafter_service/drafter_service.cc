@@ -168,7 +168,12 @@ grpc::Status DrafterService::GetDrafterInfo(grpc::ServerContext*, const v1::GetD
   resp->set_max_ahead_candidates(drafter_->max_ahead_candidates());
   resp->set_max_ahead_batch(drafter_->max_ahead_batch());
   *resp->mutable_draft_cost() = draft_cost_;
-  for (int32_t l : drafter_->feature_layers()) resp->add_feature_layers(l);
+  const std::vector<int32_t> layers = drafter_->feature_layers();
+  for (int32_t l : layers) resp->add_feature_layers(l);
+  if (!layers.empty()) {
+    resp->set_target_model_kind(drafter_->target_model_kind());
+    resp->set_target_hidden_size(drafter_->feature_width() / static_cast<int64_t>(layers.size()));
+  }
   return grpc::Status::OK;
 }
 

@@ -43,6 +43,8 @@ class EagleDrafter final : public TreeDrafter {
   int64_t vocab_size() const override { return head_->info().vocab_size; }
   std::vector<int32_t> feature_layers() const override { return head_->info().target_layers; }
   int64_t feature_width() const override { return head_->info().feature_width(); }
+  // EagleHead::Load accepts Llama-family targets only.
+  std::string target_model_kind() const override { return "llama"; }
   ~EagleDrafter() override { StopPredraft(); }
 
  private:

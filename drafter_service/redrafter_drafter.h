@@ -63,6 +63,8 @@ class RedrafterDrafter : public TableDrafter<RedrafterSeqState> {
   int64_t vocab_size() const override { return head_->info().vocab_size; }
   std::vector<int32_t> feature_layers() const override { return {head_->info().target_layer}; }
   int64_t feature_width() const override { return head_->info().hidden_size; }
+  // RedrafterHead::Load accepts Llama-family targets only.
+  std::string target_model_kind() const override { return "llama"; }
   std::vector<absl::Status> Open(const std::vector<DrafterOpenSpec>& specs) override;
   std::vector<DraftOutcome> Draft(const std::vector<DraftSpec>& specs) override;
 

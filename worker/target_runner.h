@@ -142,6 +142,7 @@ class TargetRunner {
   TargetRunnerStats Stats() const;
   const TargetRunnerOptions& options() const { return options_; }
   int64_t vocab_size() const { return model_->info().vocab_size; }
+  const ModelInfo& model_info() const { return model_->info(); }
 
   // Whether a sequence is open (published) (tests).
   bool HasSequence(uint64_t id) const;

@@ -107,6 +107,8 @@ grpc::Status WorkerService::GetWorkerInfo(grpc::ServerContext*, const v1::GetWor
                                         identity_.eos_token_ids.end());
   resp->set_tp_size(identity_.tp_size);
   resp->set_device(identity_.device);
+  resp->set_model_kind(ModelKindName(runner_->model_info().kind));
+  resp->set_hidden_size(runner_->model_info().hidden_size);
   *resp->mutable_verify_cost() = identity_.verify_cost;
   return grpc::Status::OK;
 }

@@ -312,11 +312,15 @@ int32_t DrafterSequences(v1::Drafter::Stub* stub) {
 
 absl::StatusOr<std::unique_ptr<Cluster>> Cluster::Start(ClusterConfig config) {
   auto c = std::unique_ptr<Cluster>(new Cluster());
-  TS_ASSIGN_OR_RETURN(c->worker_, InProcessWorker::Start(config.worker));
   CoordinatorConfig cc;
+  if (config.worker_addresses.empty()) {
+    TS_ASSIGN_OR_RETURN(c->worker_, InProcessWorker::Start(config.worker));
+    cc.workers = {c->worker_->address()};
+  } else {
+    cc.workers = config.worker_addresses;
+  }
   cc.options = config.coordinator;
   if (cc.options.default_drafter.empty()) cc.options.default_drafter = "none";
-  cc.workers = {c->worker_->address()};
   cc.verify_delay = config.verify_delay;
   cc.tokenizer = config.tokenizer;
   auto add = [&](bool enabled, const std::string& name, DrafterConfig dc) -> absl::Status {

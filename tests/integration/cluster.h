@@ -228,6 +228,10 @@ int32_t DrafterSequences(v1::Drafter::Stub* stub);
 // and a coordinator over them with no default drafter ("none").
 struct ClusterConfig {
   WorkerConfig worker;  // worker.model is also the "self" drafter's model
+  // Non-empty: serve through these running workers (e.g. a WorkerGroup of
+  // processes, worker_group.h) instead of an in-process one; worker.model
+  // still names their model for "self" and "ngram".
+  std::vector<std::string> worker_addresses;
   bool mamba = true;
   bool self = true;
   bool garbage = true;
@@ -246,7 +250,7 @@ class Cluster {
   static absl::StatusOr<std::unique_ptr<Cluster>> Start(ClusterConfig config = {});
   ~Cluster();
 
-  InProcessWorker* worker() { return worker_.get(); }
+  InProcessWorker* worker() { return worker_.get(); }  // null with worker_addresses
   InProcessDrafter* drafter(const std::string& name);  // null if not started
   InProcessCoordinator* coordinator() { return coordinator_.get(); }
   v1::Generation::Stub* stub() { return stub_.get(); }

@@ -1,7 +1,8 @@
 // The greedy-equivalence suites' common part (speculative_equivalence_test
 // for the model drafters, head_equivalence_test for the feature-reading
-// heads): a cluster shared by a suite, each prompt's plain greedy output
-// (drafter "none") memoised, and the two checks every (drafter, tree shape)
+// heads, hybrid_equivalence_test for the Mamba-2 and hybrid targets): the
+// invariants of a speculative stream's statistics, a cluster shared by a
+// suite, each prompt's plain greedy output (drafter "none") memoised, and the two checks every (drafter, tree shape)
 // case runs — two requests alone and eight at once, each streaming exactly
 // the plain tokens.
 //
@@ -35,6 +36,37 @@ inline std::string ShapeCaseName(const ::testing::TestParamInfo<ShapeCase>& info
     if (ch == ',' || ch == ':' || ch == '-') ch = '_';
   }
   return name;
+}
+
+// Checks the final chunk of a greedy speculative request of `max_tokens`
+// tokens (EOS ignored) against the invariants every healthy speculative
+// stream satisfies. With tree "auto" the planner may decode plainly when no
+// tree pays (it must only draft during its first probe steps per lane), so a
+// stream may draft nothing; every step is then planned.
+inline void CheckSpeculationStats(const GenerateResult& r, const std::string& drafter,
+                                  int max_tokens, const std::string& what, bool is_auto) {
+  ASSERT_TRUE(r.has_final) << what;
+  const v1::GenerateResponse& f = r.final_chunk;
+  EXPECT_EQ(f.finish_reason(), v1::FINISH_REASON_LENGTH) << what;
+  EXPECT_EQ(f.usage().completion_tokens(), max_tokens) << what;
+  const v1::SpeculationStats& s = f.speculation();
+  EXPECT_EQ(s.drafter(), drafter) << what;
+  EXPECT_GT(s.steps(), 0) << what;
+  EXPECT_EQ(s.fallback_steps(), 0) << what;
+  if (is_auto) {
+    EXPECT_EQ(s.planned_steps(), s.steps()) << what << " " << s.ShortDebugString();
+  } else {
+    EXPECT_GT(s.drafted_tokens(), 0) << what << " " << s.ShortDebugString();
+  }
+  EXPECT_LE(s.accepted_tokens(), s.drafted_tokens()) << what;
+  // The first token comes from the prefill; every step commits its accepted
+  // drafts plus one bonus token, and no step overshoots max_tokens.
+  EXPECT_EQ(s.accepted_tokens() + s.steps(), max_tokens - 1) << what;
+  EXPECT_NEAR(s.mean_accepted_length(),
+              static_cast<double>(s.accepted_tokens() + s.steps()) / s.steps(), 1e-9)
+      << what;
+  EXPECT_LE(s.draft_ahead_hits(), s.draft_ahead_steps()) << what;
+  EXPECT_LE(s.draft_ahead_steps(), s.steps()) << what;
 }
 
 template <typename Suite>

@@ -28,35 +28,9 @@ class SpeculativeEquivalenceTest : public GreedyEquivalenceSuite<SpeculativeEqui
  public:
   static std::vector<int32_t> PromptFor(int i) { return TestPrompt(i, 4 + i % 5); }
 
-  // Checks the final chunk of a speculative request of `max_tokens` tokens
-  // against the invariants every healthy speculative stream satisfies.
-  // With tree "auto" the planner may decode plainly when no tree pays (it
-  // must only draft during its first probe steps per lane), so a stream may
-  // draft nothing; every step is then planned.
   static void CheckStats(const GenerateResult& r, const std::string& drafter, int max_tokens,
                          const std::string& what, bool is_auto = false) {
-    ASSERT_TRUE(r.has_final) << what;
-    const v1::GenerateResponse& f = r.final_chunk;
-    EXPECT_EQ(f.finish_reason(), v1::FINISH_REASON_LENGTH) << what;
-    EXPECT_EQ(f.usage().completion_tokens(), max_tokens) << what;
-    const v1::SpeculationStats& s = f.speculation();
-    EXPECT_EQ(s.drafter(), drafter) << what;
-    EXPECT_GT(s.steps(), 0) << what;
-    EXPECT_EQ(s.fallback_steps(), 0) << what;
-    if (is_auto) {
-      EXPECT_EQ(s.planned_steps(), s.steps()) << what << " " << s.ShortDebugString();
-    } else {
-      EXPECT_GT(s.drafted_tokens(), 0) << what << " " << s.ShortDebugString();
-    }
-    EXPECT_LE(s.accepted_tokens(), s.drafted_tokens()) << what;
-    // The first token comes from the prefill; every step commits its accepted
-    // drafts plus one bonus token, and no step overshoots max_tokens.
-    EXPECT_EQ(s.accepted_tokens() + s.steps(), max_tokens - 1) << what;
-    EXPECT_NEAR(s.mean_accepted_length(),
-                static_cast<double>(s.accepted_tokens() + s.steps()) / s.steps(), 1e-9)
-        << what;
-    EXPECT_LE(s.draft_ahead_hits(), s.draft_ahead_steps()) << what;
-    EXPECT_LE(s.draft_ahead_steps(), s.steps()) << what;
+    CheckSpeculationStats(r, drafter, max_tokens, what, is_auto);
   }
 
  protected:

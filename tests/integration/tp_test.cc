@@ -18,17 +18,12 @@
 //    messages.
 // Every child process is SIGKILLed and reaped by its owner's destructor and
 // dies with the test (PR_SET_PDEATHSIG).
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstring>
-#include <fstream>
 #include <future>
 #include <memory>
 #include <sstream>
@@ -43,6 +38,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/integration/cluster.h"
+#include "tests/integration/worker_group.h"
 #include "tests/testing/test_util.h"
 #include "treespec/v1/worker.grpc.pb.h"
 
@@ -57,169 +53,13 @@ double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
 
-// ---------------------------------------------------------------- processes
-
-// A child process with stdout on a pipe and stderr in a file.
-class Proc {
- public:
-  static std::unique_ptr<Proc> Spawn(const std::vector<std::string>& argv) {
-    auto p = std::unique_ptr<Proc>(new Proc());
-    p->stderr_path_ = absl::StrCat(::testing::TempDir(), "tp_test_", getpid(), "_", counter_++,
-                                   ".stderr");
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    // One OpenMP thread per rank: the machine may have two cores for four ranks.
-    std::vector<std::string> env_storage;
-    for (char** e = environ; *e != nullptr; ++e) {
-      if (!absl::StartsWith(*e, "OMP_NUM_THREADS=")) env_storage.push_back(*e);
-    }
-    env_storage.push_back("OMP_NUM_THREADS=1");
-    std::vector<char*> env;
-    for (std::string& e : env_storage) env.push_back(e.data());
-    env.push_back(nullptr);
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) return nullptr;
-    const int err = open(p->stderr_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    const pid_t parent = getpid();
-    const pid_t pid = fork();
-    if (pid == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(127);
-      dup2(fds[1], STDOUT_FILENO);
-      if (err >= 0) dup2(err, STDERR_FILENO);
-      syscall(SYS_close_range, 3U, ~0U, 0U);
-      sigset_t none;
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, nullptr);
-      execve(args[0], args.data(), env.data());
-      _exit(127);
-    }
-    close(fds[1]);
-    if (err >= 0) close(err);
-    p->pid_ = pid;
-    p->stdout_fd_ = fds[0];
-    return p;
-  }
-
-  ~Proc() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    if (stdout_fd_ >= 0) close(stdout_fd_);
-    unlink(stderr_path_.c_str());
-  }
-
-  // The rest of the first stdout line starting with `prefix`.
-  absl::StatusOr<std::string> WaitLine(const std::string& prefix, milliseconds timeout) {
-    const Clock::time_point until = Clock::now() + timeout;
-    while (true) {
-      size_t nl;
-      while ((nl = buffer_.find('\n')) != std::string::npos) {
-        std::string line = buffer_.substr(0, nl);
-        buffer_.erase(0, nl + 1);
-        if (absl::StartsWith(line, prefix)) return line.substr(prefix.size());
-      }
-      const auto left = std::chrono::duration_cast<milliseconds>(until - Clock::now());
-      if (left.count() <= 0) {
-        return absl::DeadlineExceededError(absl::StrCat("no '", prefix, "' line; stderr: ", Stderr()));
-      }
-      pollfd pfd{stdout_fd_, POLLIN, 0};
-      if (poll(&pfd, 1, static_cast<int>(left.count())) <= 0) continue;
-      char chunk[1024];
-      const ssize_t n = read(stdout_fd_, chunk, sizeof(chunk));
-      if (n <= 0) {
-        return absl::UnavailableError(absl::StrCat("exited before '", prefix, "'; stderr: ", Stderr()));
-      }
-      buffer_.append(chunk, static_cast<size_t>(n));
-    }
-  }
-
-  // Waits for the exit; returns the wait status, or -1 if still running.
-  int WaitExit(milliseconds timeout) {
-    const Clock::time_point until = Clock::now() + timeout;
-    while (pid_ > 0) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        exit_status_ = status;
-        break;
-      }
-      if (Clock::now() >= until) return -1;
-      std::this_thread::sleep_for(milliseconds(20));
-    }
-    return exit_status_;
-  }
-
-  void Signal(int sig) {
-    if (pid_ > 0) kill(pid_, sig);
-  }
-  bool running() { return WaitExit(milliseconds(0)) == -1; }
-  std::string Stderr() const {
-    std::ifstream in(stderr_path_);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
-
- private:
-  Proc() = default;
-  static inline std::atomic<int> counter_{0};
-  pid_t pid_ = -1;
-  int stdout_fd_ = -1;
-  int exit_status_ = -1;
-  std::string buffer_;
-  std::string stderr_path_;
-};
-
-std::vector<std::string> WorkerArgs(int size, int rank, const std::string& rendezvous,
-                                    double collective_timeout_s, const std::string& model) {
-  return {BinaryPath("treespec-worker"),
-          "--model", FixtureModel(model),
-          "--listen", "127.0.0.1:0",
-          "--kv-blocks", "1024",
-          "--kv-block-size", "16",
-          "--max-context", "256",
-          "--tp-size", std::to_string(size),
-          "--tp-rank", std::to_string(rank),
-          "--rendezvous", rendezvous,
-          "--rendezvous-timeout-s", "30",
-          "--collective-timeout-s", absl::StrCat(collective_timeout_s),
-          // Groups prefill in small chunks (each a logged, replayed pass).
-          "--prefill-chunk-tokens", "3"};
-}
-
-// A worker group of `size` processes; rank 0 is ranks[0].
-struct Group {
-  std::vector<std::unique_ptr<Proc>> ranks;
-  std::string address;  // rank 0's gRPC endpoint
-
-  static absl::StatusOr<std::unique_ptr<Group>> Start(int size, double collective_timeout_s = 3,
-                                                      const std::string& model = kTargetModel) {
-    auto g = std::make_unique<Group>();
-    g->ranks.push_back(
-        Proc::Spawn(WorkerArgs(size, 0, "127.0.0.1:0", collective_timeout_s, model)));
-    if (g->ranks[0] == nullptr) return absl::InternalError("spawn failed");
-    auto rendezvous = g->ranks[0]->WaitLine("rendezvous on ", milliseconds(30000));
-    if (!rendezvous.ok()) return rendezvous.status();
-    for (int r = 1; r < size; ++r) {
-      g->ranks.push_back(Proc::Spawn(WorkerArgs(size, r, *rendezvous, collective_timeout_s, model)));
-    }
-    auto listening = g->ranks[0]->WaitLine("listening on ", milliseconds(60000));
-    if (!listening.ok()) return listening.status();
-    g->address = *listening;
-    return g;
-  }
-};
-
 // A TP = 1 worker process (no rendezvous).
-absl::StatusOr<std::unique_ptr<Proc>> StartSingle(std::string* address) {
+absl::StatusOr<std::unique_ptr<RankProcess>> StartSingle(std::string* address) {
   std::vector<std::string> args = WorkerArgs(2, 0, "x:1", 3, kTargetModel);
   // Drop the --tp-* / --rendezvous* / --collective* / --prefill-chunk-tokens
   // flags: the reference prefills each prompt in one pass.
   args.resize(args.size() - 12);
-  auto p = Proc::Spawn(args);
+  auto p = RankProcess::Spawn(args);
   auto listening = p->WaitLine("listening on ", milliseconds(30000));
   if (!listening.ok()) return listening.status();
   *address = *listening;
@@ -338,7 +178,7 @@ TEST(TpTest, OpenAndVerifyMatchSingleRank) {
   std::string single_address;
   auto single = StartSingle(&single_address);
   ASSERT_TRUE(single.ok()) << single.status();
-  auto group = Group::Start(2);
+  auto group = WorkerGroup::Start(2);
   ASSERT_TRUE(group.ok()) << group.status();
 
   std::vector<SeqSpec> seqs;
@@ -361,7 +201,7 @@ TEST(TpTest, OpenAndVerifyMatchSingleRank) {
 }
 
 TEST(TpTest, GreedySpeculativeEqualsPlainGreedy) {
-  auto group = Group::Start(2);
+  auto group = WorkerGroup::Start(2);
   ASSERT_TRUE(group.ok()) << group.status();
   auto mamba = InProcessDrafter::Start(DrafterConfig{});
   ASSERT_TRUE(mamba.ok()) << mamba.status();
@@ -410,7 +250,7 @@ TEST(TpTest, GreedySpeculativeEqualsPlainGreedy) {
 // with the target drafting for itself equals plain greedy.
 TEST(TpTest, HybridTargetsGreedySpeculativeEqualsPlainGreedy) {
   for (const std::string target : {"tiny_mamba2", "tiny_bamba"}) {
-    auto group = Group::Start(2, 3, target);
+    auto group = WorkerGroup::Start(2, 3, target);
     ASSERT_TRUE(group.ok()) << target << ": " << group.status();
     DrafterConfig self_config;
     self_config.kind = target == "tiny_mamba2" ? "mamba" : "transformer";
@@ -446,7 +286,7 @@ TEST(TpTest, HybridTargetsGreedySpeculativeEqualsPlainGreedy) {
 // every Verify.
 TEST(TpTest, GreedyEagleSpeculativeEqualsPlainGreedy) {
   const std::string demo = ::treespec::testing::SourceDir() + "/models/demo/";
-  auto group = Group::Start(2, 3, demo + "target");
+  auto group = WorkerGroup::Start(2, 3, demo + "target");
   ASSERT_TRUE(group.ok()) << group.status();
   const std::vector<std::string> kinds = {"eagle", "eagle3", "redrafter"};
   std::vector<std::unique_ptr<InProcessDrafter>> drafters;
@@ -494,9 +334,9 @@ TEST(TpTest, GreedyEagleSpeculativeEqualsPlainGreedy) {
 }
 
 TEST(TpTest, KilledRankFailsItsGroupAndTrafficMovesToAHealthyGroup) {
-  auto a = Group::Start(2);
+  auto a = WorkerGroup::Start(2);
   ASSERT_TRUE(a.ok()) << a.status();
-  auto b = Group::Start(2);
+  auto b = WorkerGroup::Start(2);
   ASSERT_TRUE(b.ok()) << b.status();
   auto mamba = InProcessDrafter::Start(DrafterConfig{});
   ASSERT_TRUE(mamba.ok()) << mamba.status();
@@ -557,7 +397,7 @@ TEST(TpTest, KilledRankFailsItsGroupAndTrafficMovesToAHealthyGroup) {
 
 TEST(TpTest, HungRankFailsTheGroupAfterTheCollectiveTimeout) {
   constexpr double kTimeoutS = 2;
-  auto group = Group::Start(2, kTimeoutS);
+  auto group = WorkerGroup::Start(2, kTimeoutS);
   ASSERT_TRUE(group.ok()) << group.status();
   auto stub = WorkerStub((*group)->address);
   (*group)->ranks[1]->Signal(SIGSTOP);
@@ -581,7 +421,7 @@ TEST(TpTest, HungRankFailsTheGroupAfterTheCollectiveTimeout) {
 }
 
 TEST(TpTest, FollowerExitsNonZeroWhenRankZeroDies) {
-  auto group = Group::Start(2);
+  auto group = WorkerGroup::Start(2);
   ASSERT_TRUE(group.ok()) << group.status();
   ASSERT_TRUE((*group)->ranks[1]->running());
   const Clock::time_point killed = Clock::now();
@@ -595,7 +435,7 @@ TEST(TpTest, FollowerExitsNonZeroWhenRankZeroDies) {
 }
 
 TEST(TpTest, CleanShutdownStopsEveryRank) {
-  auto group = Group::Start(2);
+  auto group = WorkerGroup::Start(2);
   ASSERT_TRUE(group.ok()) << group.status();
   (*group)->ranks[0]->Signal(SIGTERM);
   const int s0 = (*group)->ranks[0]->WaitExit(milliseconds(15000));
@@ -610,7 +450,7 @@ TEST(TpTest, UnreachableRendezvousIsAClearStartupError) {
   const std::string address = "127.0.0.1:9";  // discard port: refused on loopback
   std::vector<std::string> args = WorkerArgs(2, 1, address, 3, kTargetModel);
   args[args.size() - 5] = "1.5";  // --rendezvous-timeout-s
-  auto rank1 = Proc::Spawn(args);
+  auto rank1 = RankProcess::Spawn(args);
   const Clock::time_point t0 = Clock::now();
   const int status = rank1->WaitExit(milliseconds(20000));
   ASSERT_NE(status, -1) << "rank 1 did not give up";
@@ -623,7 +463,7 @@ TEST(TpTest, UnreachableRendezvousIsAClearStartupError) {
 
 TEST(TpTest, ModelThatDoesNotSplitIsAClearStartupError) {
   // 8 heads and 2 KV heads cannot be split 3 ways.
-  auto group = Group::Start(3);
+  auto group = WorkerGroup::Start(3);
   ASSERT_FALSE(group.ok());
   EXPECT_THAT(group.status().message(), HasSubstr("is not divisible by tp size 3"));
   RecordProperty("error", std::string(group.status().message()));

@@ -143,8 +143,14 @@ class FakeWorker {
     info.set_model("fake");
     info.set_vocab_size(kFakeVocab);
     info.set_max_context(4096);
+    info.set_model_kind(model_kind);
+    info.set_hidden_size(hidden_size);
     return info;
   }
+  // What Info reports of the model (set before the coordinator starts;
+  // empty / 0: unset, as from an older worker).
+  std::string model_kind;
+  int64_t hidden_size = 0;
 
   int num_verifies() {
     absl::MutexLock lock(&mu_);
@@ -262,6 +268,11 @@ class FakeDrafter {
   std::atomic<bool> fail_ahead{false};
   std::atomic<int> ahead_delay_ms{0};
   std::atomic<int> ahead_miss_every{0};
+  // What Info reports of the features it reads (set before the coordinator
+  // starts; empty: a token drafter).
+  std::vector<int32_t> feature_layers;
+  std::string target_model_kind;
+  int64_t target_hidden_size = 0;
 
   absl::StatusOr<v1::DrafterOpenResponse> Open(const v1::DrafterOpenRequest& req) {
     absl::MutexLock lock(&mu_);
@@ -438,6 +449,9 @@ class FakeDrafterClient final : public DrafterClient {
     info.set_kind("fake");
     info.set_vocab_size(kFakeVocab);
     info.set_max_ahead_candidates(d_->ahead_candidates.load());
+    info.mutable_feature_layers()->Assign(d_->feature_layers.begin(), d_->feature_layers.end());
+    info.set_target_model_kind(d_->target_model_kind);
+    info.set_target_hidden_size(d_->target_hidden_size);
     return info;
   }
 

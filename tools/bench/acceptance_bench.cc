@@ -8,6 +8,8 @@
 //     [--drafters mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter,
 //                 eagle=models/demo/eagle-head,eagle3=models/demo/eagle3-head,
 //                 redrafter=models/demo/redrafter-head]
+//     (NAME:KIND=DIR labels a row NAME, e.g. two drafters of one kind:
+//     hybrid-mamba:mamba=models/demo/hybrid-mamba-drafter,mamba=models/demo/mamba-drafter)
 //     [--beam_width 3 --beam_length 4] (redrafter's beam, fitted to each tree shape)
 //     [--prompts models/demo/heldout_prompts.txt] [--trees "chain:4;3,2,2,1,1;3,3,2,1"]
 #include <cstdio>
@@ -26,7 +28,7 @@ ABSL_FLAG(std::string, target, "models/demo/target", "Target model directory");
 ABSL_FLAG(std::string, drafters, "mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter,"
           "eagle=models/demo/eagle-head,eagle3=models/demo/eagle3-head,"
           "redrafter=models/demo/redrafter-head",
-          "KIND=DIR[,KIND=DIR...]");
+          "[NAME:]KIND=DIR[,...] (NAME, the row's label, defaults to KIND)");
 ABSL_FLAG(int32_t, beam_width, 3, "redrafter: beam width (drafter --beam_width)");
 ABSL_FLAG(int32_t, beam_length, 4, "redrafter: beam length (drafter --beam_length)");
 ABSL_FLAG(std::string, prompts, "models/demo/heldout_prompts.txt", "One prompt per line");
@@ -161,6 +163,9 @@ int Main() {
   uint64_t next_id = 1;
   for (absl::string_view kd : absl::StrSplit(absl::GetFlag(FLAGS_drafters), ',', absl::SkipEmpty())) {
     std::vector<std::string> p = absl::StrSplit(kd, absl::MaxSplits('=', 1));
+    std::vector<std::string> nk = absl::StrSplit(p[0], absl::MaxSplits(':', 1));
+    if (nk.size() == 2) p[0] = nk[1];
+    const std::string name = nk[0];
     DrafterOptions dopt;
     dopt.kind = p[0];
     dopt.model_dir = p[1];
@@ -185,11 +190,11 @@ int Main() {
         const double tau = static_cast<double>(r->committed) / r->steps;
         const char* mode = t > 0 ? "multiround" : "greedy";
         if (md) {
-          std::printf("| %s | %s | %.1f | %s | %.2f | %.3f |\n", p[0].c_str(),
+          std::printf("| %s | %s | %.1f | %s | %.2f | %.3f |\n", name.c_str(),
                       shape.ToString().c_str(), t, mode, tau,
                       static_cast<double>(r->accepted) / std::max<int64_t>(1, r->drafted));
         } else {
-          std::printf("%-12s %-11s %5.1f %-11s %8.2f %10.3f\n", p[0].c_str(),
+          std::printf("%-12s %-11s %5.1f %-11s %8.2f %10.3f\n", name.c_str(),
                       shape.ToString().c_str(), t, mode, tau,
                       static_cast<double>(r->accepted) / std::max<int64_t>(1, r->drafted));
         }
