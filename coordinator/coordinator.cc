@@ -33,15 +33,21 @@ void TakeProfile(Endpoint* e, const Proto& profile, const char* what) {
   }
 }
 
-// A drafter that reads the target's hidden features (EAGLE, EAGLE-3,
-// ReDrafter heads) was trained on, and reads the embedding and LM head of,
-// one target: paired with a worker serving another kind of model, or one of
-// another hidden size, it would draft from features it does not understand
-// (or fail every Draft on their width). Such a pairing is a configuration
-// error, refused by name. Workers and drafters that do not say (older ones)
-// pass.
+// Whether drafter `d` can serve the workers (checked at Start and when the
+// prober first reaches a drafter). It needs their vocabulary. A drafter that
+// reads the target's hidden features (EAGLE, EAGLE-3, ReDrafter heads) was
+// trained on, and reads the embedding and LM head of, one target: paired with
+// a worker serving another kind of model, or one of another hidden size, it
+// would draft from features it does not understand (or fail every Draft on
+// their width). Such a pairing is a configuration error, refused by name.
+// Workers and drafters that do not say (older ones) pass that part.
 absl::Status DrafterFitsWorker(const DrafterEndpoint& d, const v1::DrafterInfoResponse& info,
-                               const v1::WorkerInfo& worker) {
+                               int64_t vocab_size, const v1::WorkerInfo& worker) {
+  if (info.vocab_size() != vocab_size) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "drafter ", d.name, " at ", d.client->address(), " has a vocabulary of ", info.vocab_size(),
+        " but the target has ", vocab_size));
+  }
   if (info.feature_layers().empty()) return absl::OkStatus();
   const std::string what = absl::StrCat("drafter ", d.name, " at ", d.client->address(), " (kind ",
                                         info.kind(), ") reads the target's hidden features");
@@ -190,12 +196,7 @@ absl::Status Coordinator::Start() {
       d->health.MarkFailed(Clock::now());
       continue;
     }
-    if (info->vocab_size() != ctx_.vocab_size) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "drafter ", d->name, " at ", d->client->address(), " has a vocabulary of ",
-          info->vocab_size(), " but the target has ", ctx_.vocab_size));
-    }
-    TS_RETURN_IF_ERROR(DrafterFitsWorker(*d, *info, worker_info_));
+    TS_RETURN_IF_ERROR(DrafterFitsWorker(*d, *info, ctx_.vocab_size, worker_info_));
     TakeProfile(d.get(), info->draft_cost(), "drafter");
     d->SetInfo(*info);
   }
@@ -226,11 +227,7 @@ void Coordinator::ProbeLoop() {
       if (info.ok()) {
         // A drafter first reached now gets the checks of Start; one that
         // fails them stays out of service.
-        absl::Status fits = info->vocab_size() != ctx_.vocab_size
-                                ? absl::FailedPreconditionError(absl::StrCat(
-                                      "drafter ", d->name, " has a vocabulary of ",
-                                      info->vocab_size(), " but the target has ", ctx_.vocab_size))
-                                : DrafterFitsWorker(*d, *info, worker_info_);
+        const absl::Status fits = DrafterFitsWorker(*d, *info, ctx_.vocab_size, worker_info_);
         if (!fits.ok()) {
           if (!d->refused.exchange(true)) {
             std::cerr << "treespec-coordinator: refusing " << fits.message() << std::endl;
