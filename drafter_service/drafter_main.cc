@@ -52,10 +52,13 @@ ABSL_FLAG(int64_t, prefill_chunk_tokens, 32,
           "long prompt never stalls live streams");
 ABSL_FLAG(int32_t, predraft, -1,
           "Outcomes per sequence whose next tree is drafted while the last one is verified "
-          "(speculative speculative decoding); 0: off; -1: 2 on cpu devices, and on others 2 "
-          "with --draft_ahead=1 and 0 otherwise (a drafter that shares its GPU with the worker "
-          "slows every Verify when it drafts beside it: docs/gpu/spec_bench_h200_2026-11-26.txt; "
-          "set it when the drafter has a GPU of its own)");
+          "(speculative speculative decoding); 0: off; -1: 2 with --draft_ahead=1 and 0 "
+          "otherwise. Off by default because a drafter that shares its hardware with the worker "
+          "slows every Verify when it drafts beside it (on the 2-core CPU demo machine turning "
+          "it off took the demo pair from 1.51x to 1.76x plain at concurrency 1, "
+          "docs/cpu/spec_bench_predraft_2026-11-26.txt; on an H200, "
+          "docs/gpu/spec_bench_h200_2026-11-26.txt); set it when the drafter has hardware of "
+          "its own");
 ABSL_FLAG(bool, predraft_sampled, false,
           "Also pre-draft after sampled drafts (temperature > 0; their bonus token is rarely "
           "guessed)");
@@ -150,7 +153,7 @@ int Main() {
   const bool on_cpu = absl::StartsWith(absl::GetFlag(FLAGS_device), "cpu");
   options.draft_ahead = absl::GetFlag(FLAGS_draft_ahead) > 0;
   options.predraft = absl::GetFlag(FLAGS_predraft);
-  if (options.predraft < 0) options.predraft = on_cpu || options.draft_ahead ? 2 : 0;
+  if (options.predraft < 0) options.predraft = options.draft_ahead ? 2 : 0;
   options.predraft_sampled = absl::GetFlag(FLAGS_predraft_sampled);
   options.predraft_max_batch = absl::GetFlag(FLAGS_predraft_max_batch);
   if (options.predraft_max_batch < 0) {
