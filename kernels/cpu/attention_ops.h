@@ -15,10 +15,11 @@ void QkvRope(const float* qkv, const int32_t* positions, const float* inv_freq, 
              const treespec::AttentionBatch& batch, int H, int Hkv, int Dh, float* q,
              float* k_cache, float* v_cache);
 
-// Which inner loops Attention runs (attention.cc): kAuto takes the vector
-// ones where the head size and the CPU allow; kScalar is the plain loops,
-// kept for CPUs without AVX2 and for tools/bench/attention_bench.
-enum class AttentionPath { kAuto, kScalar };
+// Which inner loops Attention runs (attention.cc): kAuto takes the widest
+// vector ones the head size and the CPU allow (AVX-512, else AVX2); kAvx2
+// stops at AVX2; kScalar is the plain loops, kept for CPUs without AVX2. The
+// narrower ones are also there for tools/bench/attention_bench and the tests.
+enum class AttentionPath { kAuto, kAvx2, kScalar };
 
 // in: q [T, H, Dh], k_cache, v_cache [num_slots, Hkv, Dh]; out: out [T, H, Dh].
 void Attention(const float* q, const float* k_cache, const float* v_cache,
