@@ -23,8 +23,7 @@
 // target's 32, SmolLM2's 64, a 7B's 128) a chunk runs one head at a time
 // through three vector passes over its keys: scores (the query held in
 // registers, a fixed 16-lane reduction per key), the softmax with a
-// polynomial exp sixteen keys at a time (Cephes' expf polynomial, scaled by
-// 2^n with vscalefps; relative error ~1e-7, where the AVX2 path's scalar
+// polynomial exp sixteen keys at a time (simd_exp.h; the AVX2 path's scalar
 // std::exp was a third of a decode step's attention), and the value sum
 // accumulated in registers across all keys and divided by the softmax sum
 // once at the end. At context 256 on the demo heads this is ~4x the AVX2
@@ -39,6 +38,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention_ops.h"
+#include "kernels/cpu/simd_exp.h"
 #include "kernels/cpu/simd_reduce.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -108,41 +108,7 @@ bool HaveAvx2() {
   return have;
 }
 
-bool HaveAvx512() {
-  static const bool have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
-  return have;
-}
-
 #define TS_ATTN512 __attribute__((target("avx512f,avx512dq,avx2,fma")))
-
-// The 16 lanes summed in one fixed order (halves, then quarters, ...).
-TS_ATTN512 inline float Sum16(__m512 v) {
-  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 0x55));
-  return _mm_cvtss_f32(s);
-}
-
-// exp(x) for x <= 0 (a score minus the maximum): x = n·ln2 + r, |r| <= ln2/2,
-// exp(r) by Cephes' degree-5 polynomial, then · 2^n (vscalefps: underflows to
-// 0 for very negative x, no special cases).
-TS_ATTN512 inline __m512 ExpNonPositive(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  const __m512 r2 = _mm512_mul_ps(r, r);
-  const __m512 e = _mm512_add_ps(_mm512_fmadd_ps(p, r2, r), _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(e, n);
-}
 
 constexpr int kMaxDh16 = 8;  // head sizes up to 128 keep a row in registers
 
@@ -251,7 +217,7 @@ void Attention(const float* q, const float* k_cache, const float* v_cache,
   // row (a 7B's 32 kv heads of 128 are 16 KiB) the AVX2 path's row-at-a-time
   // walk is faster.
   const bool wide = path == AttentionPath::kAuto && Dh % 16 == 0 && Dh <= 16 * kMaxDh16 &&
-                    Hkv * Dh * sizeof(float) <= 4096 && HaveAvx512();
+                    Hkv * Dh * sizeof(float) <= 4096 && HaveAvx512F();
   const bool vector = path != AttentionPath::kScalar && Dh % 8 == 0 && HaveAvx2();
   const ScoreFn score = vector ? ScoreAvx2 : ScoreScalar;
   const MixFn mix = vector ? MixAvx2 : MixScalar;

@@ -1,0 +1,48 @@
+// exp(x) for x <= 0 in AVX-512, sixteen lanes at a time, shared by the
+// kernels whose exponentials were scalar std::exp calls: attention's softmax
+// (x = score − max) and the Mamba scan's decay (x = dt·A with dt > 0, A < 0).
+//
+// x = n·ln2 + r with n = round(x / ln2), |r| <= ln2 / 2 (ln2 split in a high
+// and a low part so r keeps its low bits), exp(r) by Cephes' degree-5
+// polynomial for expf, then multiplied by 2^n with vscalefps, which
+// underflows to 0 for very negative x with no special cases. Relative error
+// about 1e-7 (a float's rounding). Each lane's value depends only on its own
+// input, so a kernel that uses it stays independent of batch and tile.
+#pragma once
+
+#include <immintrin.h>
+
+namespace treespec::cpu {
+
+__attribute__((target("avx512f"))) inline __m512 ExpNonPositive(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  const __m512 r2 = _mm512_mul_ps(r, r);
+  const __m512 e = _mm512_add_ps(_mm512_fmadd_ps(p, r2, r), _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(e, n);
+}
+
+// The 16 lanes summed in one fixed order (halves, then quarters, ...).
+__attribute__((target("avx512f,avx512dq"))) inline float Sum16(__m512 v) {
+  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 0x55));
+  return _mm_cvtss_f32(s);
+}
+
+inline bool HaveAvx512F() {
+  static const bool have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+  return have;
+}
+
+}  // namespace treespec::cpu
