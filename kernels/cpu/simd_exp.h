@@ -1,6 +1,7 @@
 // exp(x) for x <= 0 in AVX-512, sixteen lanes at a time, shared by the
 // kernels whose exponentials were scalar std::exp calls: attention's softmax
-// (x = score − max) and the Mamba scan's decay (x = dt·A with dt > 0, A < 0).
+// (x = score − max), the Mamba scan's decay (x = dt·A with dt > 0, A < 0) and
+// the MLP's SiLU (x = −|gate|).
 //
 // x = n·ln2 + r with n = round(x / ln2), |r| <= ln2 / 2 (ln2 split in a high
 // and a low part so r keeps its low bits), exp(r) by Cephes' degree-5
@@ -29,6 +30,16 @@ __attribute__((target("avx512f"))) inline __m512 ExpNonPositive(__m512 x) {
   const __m512 r2 = _mm512_mul_ps(r, r);
   const __m512 e = _mm512_add_ps(_mm512_fmadd_ps(p, r2, r), _mm512_set1_ps(1.0f));
   return _mm512_scalef_ps(e, n);
+}
+
+// x·sigmoid(x) for any x, from e = exp(−|x|) <= 1: sigmoid is 1/(1+e) for
+// x >= 0 and e/(1+e) below (no overflow either way).
+__attribute__((target("avx512f"))) inline __m512 Silu(__m512 x) {
+  const __m512 e = ExpNonPositive(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(x)));
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
+  const __m512 num = _mm512_mask_blend_ps(neg, one, e);
+  return _mm512_mul_ps(x, _mm512_div_ps(num, _mm512_add_ps(one, e)));
 }
 
 // The 16 lanes summed in one fixed order (halves, then quarters, ...).
