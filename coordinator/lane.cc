@@ -297,9 +297,15 @@ void Lane::Step() {
   if (r.ok()) {
     // The step as the cost models see it: the drafter's time and the verify
     // phase (the Verify RPC and any wait for draft-ahead candidates after
-    // it; at least the worker's reported forward pass).
-    const int64_t step_ns = draft_ns + std::max(verify_phase_ns, t.worker_forward_ns);
-    machine_.OnStepTimes(draft_ns * 1e-9, t.worker_forward_ns * 1e-9, t.verify_ns * 1e-9,
+    // it; at least the worker's reported forward pass), both less the prompt
+    // pieces that rode on the pass: an admission's cost is not the trees',
+    // and counted in it made the planner see slower steps, take the pieces'
+    // time for per-step overhead and grow the trees while a prompt was
+    // admitted (4-token trees became 7-token ones in prefill_stall_test).
+    const int64_t verify_rpc_ns = std::max<int64_t>(0, t.verify_ns - t.worker_prefill_ns);
+    const int64_t verify_phase = std::max<int64_t>(0, verify_phase_ns - t.worker_prefill_ns);
+    const int64_t step_ns = draft_ns + std::max(verify_phase, t.worker_forward_ns);
+    machine_.OnStepTimes(draft_ns * 1e-9, t.worker_forward_ns * 1e-9, verify_rpc_ns * 1e-9,
                          step_ns * 1e-9, t.draft_ns * 1e-9);
   }
   absl::MutexLock lock(&mu_);

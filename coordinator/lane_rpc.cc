@@ -301,6 +301,7 @@ absl::StatusOr<std::vector<VerifyReply>> LaneRpc::Verify(const std::vector<Verif
   if (!resp.ok()) return resp.status();
   timing_.worker_forward_ns += resp->forward_ns();
   timing_.worker_handler_ns += resp->handler_ns();
+  timing_.worker_prefill_ns += resp->prefill_ns();
   std::vector<VerifyReply> out(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
     if (static_cast<int>(i) >= resp->results_size() ||

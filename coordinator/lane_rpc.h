@@ -98,6 +98,7 @@ class LaneRpc {
   struct Timing {
     int64_t draft_ns = 0, verify_ns = 0, worker_forward_ns = 0, drafter_reported_ns = 0;
     int64_t worker_handler_ns = 0;
+    int64_t worker_prefill_ns = 0;  // VerifyResponse.prefill_ns
   };
   Timing TakeTiming();
 

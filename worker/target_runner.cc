@@ -146,6 +146,9 @@ void TargetRunner::NoteVerifyPass(int64_t verify_tokens, int64_t pass_tokens, do
   }
   last_verify_tokens_ = verify_tokens;
   last_verify_ns_ = ns;
+  if (pass_tokens == verify_tokens) {
+    plain_pass_s_ = plain_pass_s_ > 0 ? 0.9 * plain_pass_s_ + 0.1 * ns * 1e-9 : ns * 1e-9;
+  }
   last_verify_at_ = now;
   ObservePass(pass_tokens, attended, ns);
 }
@@ -221,6 +224,7 @@ std::vector<StepOutcome> TargetRunner::Verify(const std::vector<StepSpec>& steps
     const int64_t proportional = pass_tokens > 0 ? pass_ns * verify_tokens / pass_tokens : pass_ns;
     timings->forward_ns =
         std::max(proportional, pass_ns - static_cast<int64_t>(piece_ns));
+    timings->prefill_ns = pass_ns - timings->forward_ns;
     timings->verify_ns = NowNs() - t1;
   }
   return out;

@@ -117,6 +117,8 @@ struct StepTimings {
   // The forward pass, less the marginal time of the prompt pieces it carried.
   int64_t forward_ns = 0;
   int64_t verify_ns = 0;
+  // That marginal time (the pass's time minus forward_ns).
+  int64_t prefill_ns = 0;
 };
 
 struct TargetRunnerStats {
@@ -277,6 +279,9 @@ class TargetRunner {
   int64_t last_verify_ns_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_verify_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   double verify_interval_s_ ABSL_GUARDED_BY(mu_) = 0;
+  // EMA of the time of Verify passes that carried no prompt piece: the live
+  // streams' pace before an admission (target_runner_prefill.cc).
+  double plain_pass_s_ ABSL_GUARDED_BY(mu_) = 0;
   LinearTimeModel pass_time_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -13,7 +13,14 @@
 // shrink as the prompt fills), so that it adds TargetRunnerOptions::
 // prefill_share to the pass: a live stream's step takes at most about
 // 1 + prefill_share times as long during the admission, whatever the prompt
-// length. The share is half by default, as before it was a flag. A quarter
+// length. The bound is also held against the streams' usual pace: the pass
+// with its piece may take at most 1 + prefill_share times the recent passes
+// that carried no piece (an EMA of their measured times), so a step whose
+// trees are already large for the streams (speculative trees vary in size
+// from step to step) carries a smaller piece, down to one token, instead of
+// half again its own time: in prefill_stall_test the streams' steps with
+// 7-token trees took 2x their usual 4-token ones once a piece rode on them.
+// The share is half by default, as before it was a flag. A quarter
 // was tried as the default and dropped: in 8 paired runs of
 // prefill_stall_test at load averages of 7-9 on 2 cores, the live streams'
 // median gap during the admission was 1.6 times their median around it with
@@ -173,7 +180,14 @@ int64_t TargetRunner::FusedTokens(int64_t verify_tokens, double verify_attended)
     return std::clamp<int64_t>(static_cast<int64_t>(options_.prefill_share * v), 1, most);
   }
   const double verify_s = pass_time_.Predict({1.0, v, verify_attended});
-  return PieceTokensWithin(options_.prefill_share * verify_s, most);
+  double budget = options_.prefill_share * verify_s;
+  // Nor may the pass exceed 1 + prefill_share times the streams' usual pass
+  // (before the admission): a pass whose trees are already large for them
+  // carries a smaller piece, or one token when they alone pass that bound.
+  if (plain_pass_s_ > 0) {
+    budget = std::min(budget, (1 + options_.prefill_share) * plain_pass_s_ - verify_s);
+  }
+  return PieceTokensWithin(budget, most);
 }
 
 void TargetRunner::ObservePass(int64_t tokens, double attended, int64_t ns) {
@@ -200,13 +214,26 @@ void TargetRunner::FailOpen(Prefill* p, absl::Status st) {
 std::vector<TargetRunner::Prefill*> TargetRunner::TakePieces(int64_t budget,
                                                              std::vector<ForwardSeq>* batch) {
   std::vector<Prefill*> pieces;
+  // Shortest remaining prompt first: a short prompt that arrives while a
+  // long one is admitted is fed at once instead of waiting behind it (its
+  // first token came after the whole long admission before). The oldest
+  // prompt still gets a token of every pass, so a run of short ones cannot
+  // starve it.
+  std::vector<Prefill*> order;
   for (Prefill* p : prefilling_) {
-    if (p->done) continue;
+    if (!p->done) order.push_back(p);
+  }
+  Prefill* const oldest = order.empty() ? nullptr : order.front();
+  std::stable_sort(order.begin(), order.end(), [](const Prefill* a, const Prefill* b) {
+    return a->prompt->size() - a->fed < b->prompt->size() - b->fed;
+  });
+  for (Prefill* p : order) {
     if (table_.FindAny(p->id)->release_requested) {
       FailOpen(p, absl::CancelledError(absl::StrCat(
                       "sequence_id ", p->id, " was released while its prompt was prefilled")));
       continue;
     }
+    if (p == oldest && budget <= 0) budget = 1;
     if (budget <= 0) continue;
     const size_t end = std::min(p->prompt->size(), p->fed + static_cast<size_t>(budget));
     const bool last = end == p->prompt->size();

@@ -69,6 +69,7 @@ grpc::Status WorkerService::Verify(grpc::ServerContext*, const v1::VerifyRequest
   std::vector<StepOutcome> out = runner_->Verify(steps, &timings);
   resp->set_forward_ns(timings.forward_ns);
   resp->set_verify_ns(timings.verify_ns);
+  resp->set_prefill_ns(timings.prefill_ns);
   for (const StepOutcome& o : out) {
     v1::StepResult* r = resp->add_results();
     r->set_sequence_id(o.id);

@@ -702,7 +702,7 @@ TEST_F(TargetRunnerTest, PromptPiecesRideOnVerifyPasses) {
   SamplingParams sampled;
   sampled.temperature = 0.9f;
   const std::vector<int32_t> live = Prompt(1), long_prompt = Prompt(2, 120);
-  const std::vector<int32_t> g = Greedy(live, 40);
+  const std::vector<int32_t> g = Greedy(live, 41);
   // The reference: the same sampled sequence opened with nothing else going on.
   OpenOutcome alone = OpenOne(9, long_prompt, 200, sampled, 31);
   ASSERT_TRUE(alone.status.ok()) << alone.status;
@@ -712,14 +712,21 @@ TEST_F(TargetRunnerTest, PromptPiecesRideOnVerifyPasses) {
   TargetRunner runner(&model, {.max_context = 256, .max_tree_nodes = 16, .prefill_chunk_tokens = 4});
   ASSERT_TRUE(runner.Open({{1, live, {}, 0, 64}})[0].status.ok());
   uint64_t step = 1;
+  int passes_with_prefill = 0;
+  StepTimings last;
   auto verify_live = [&] {
     StepSpec s;
     s.id = 1;
     s.step = step;
     s.tree = TokenTree::Root(g[step - 1]);
-    StepOutcome out = runner.Verify({s}, nullptr)[0];
+    StepTimings timings;
+    StepOutcome out = runner.Verify({s}, &timings)[0];
     EXPECT_TRUE(out.status.ok()) << out.status;
     EXPECT_EQ(out.tokens, std::vector<int32_t>{g[step]}) << "step " << step;
+    EXPECT_GE(timings.prefill_ns, 0);
+    EXPECT_GT(timings.forward_ns, 0);
+    passes_with_prefill += timings.prefill_ns > 0;
+    last = timings;
     ++step;
   };
   verify_live();  // the stream is live
@@ -731,12 +738,57 @@ TEST_F(TargetRunnerTest, PromptPiecesRideOnVerifyPasses) {
   });
   // The Open holds its (hidden) sequence once it has begun.
   ASSERT_TRUE(WaitFor([&] { return runner.Stats().num_sequences == 2; }));
-  while (!open_done.load() && step < g.size()) verify_live();
+  while (!open_done.load() && step + 1 < g.size()) verify_live();
   opener.join();
   ASSERT_TRUE(opened.status.ok()) << opened.status;
   EXPECT_EQ(opened.first_token, alone.first_token);
   EXPECT_GT(model.mixed_passes, 0) << "no prompt piece rode on a Verify pass";
   EXPECT_TRUE(runner.HasSequence(2));
+  // The pieces' time is reported apart from the trees' (VerifyResponse.
+  // prefill_ns), and a pass that carries none reports none.
+  EXPECT_GT(passes_with_prefill, 0);
+  verify_live();
+  EXPECT_EQ(last.prefill_ns, 0);
+}
+
+TEST_F(TargetRunnerTest, AShortPromptIsNotQueuedBehindALongOne) {
+  const std::vector<int32_t> live = Prompt(1), long_prompt = Prompt(2, 200),
+                             short_prompt = Prompt(3, 4);
+  const std::vector<int32_t> g = Greedy(live, 120);
+  const OpenOutcome short_alone = OpenOne(9, short_prompt);
+  ASSERT_TRUE(short_alone.status.ok()) << short_alone.status;
+
+  Make(256, {.max_context = 256, .max_tree_nodes = 16, .prefill_chunk_tokens = 4});
+  ASSERT_TRUE(runner_->Open({{1, live, {}, 0, 200}})[0].status.ok());
+  uint64_t step = 1;
+  auto verify_live = [&] {
+    ASSERT_TRUE(StepOne(1, step, TokenTree::Root(g[step - 1])).status.ok());
+    ++step;
+  };
+  verify_live();  // the stream is live
+  std::atomic<bool> long_done{false}, short_done{false};
+  std::atomic<bool> long_done_first{false};
+  OpenOutcome long_opened, short_opened;
+  std::thread long_opener([&] {
+    long_opened = runner_->Open({{2, long_prompt, {}, 0, 240}})[0];
+    long_done = true;
+  });
+  ASSERT_TRUE(WaitFor([&] { return runner_->Stats().num_sequences == 2; }));
+  verify_live();  // the long prompt has begun riding on the passes
+  std::thread short_opener([&] {
+    short_opened = runner_->Open({{3, short_prompt, {}, 0, 64}})[0];
+    long_done_first = long_done.load();
+    short_done = true;
+  });
+  ASSERT_TRUE(WaitFor([&] { return runner_->Stats().num_sequences == 3; }));
+  while (!(long_done.load() && short_done.load()) && step + 1 < g.size()) verify_live();
+  long_opener.join();
+  short_opener.join();
+  ASSERT_TRUE(long_opened.status.ok()) << long_opened.status;
+  ASSERT_TRUE(short_opened.status.ok()) << short_opened.status;
+  EXPECT_EQ(short_opened.first_token, short_alone.first_token);
+  // Fed shortest first, the 4-token prompt does not wait for the 200-token one.
+  EXPECT_FALSE(long_done_first.load()) << "the short prompt was admitted after the long one";
 }
 
 TEST(TargetRunnerOptionsTest, PrefillShareMustBePositiveAndAtMostFour) {
