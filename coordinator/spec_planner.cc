@@ -116,15 +116,22 @@ absl::StatusOr<ShapePlan> SpecPlanner::Plan(absl::Span<const PlanSequence> batch
     if (speculate) {
       speculate = false;  // measure plain again
     } else if (km != 1.0) {
-      // Measure speculation again, as the uncalibrated models would plan it;
-      // while that keeps losing, ever more rarely (see the header comment).
+      // Measure speculation again, as the uncalibrated models would plan it
+      // (when they say it pays for the batch), for a few of the sequences
+      // only; while that keeps losing, ever more rarely (see the header
+      // comment).
       absl::StatusOr<ShapePlan> raw = CalibratedPlan(batch, a, o, kp, 1.0);
       if (raw.ok() && Pays(*raw)) {
-        plan = std::move(raw);
-        km_used = 1.0;
-        speculate = true;
-        check_interval_ =
-            std::min<int64_t>(2 * check_interval_, kMaxCheckBackoff * options_.check_every);
+        if (static_cast<int64_t>(batch.size()) > options_.check_max_sequences) {
+          raw = CalibratedPlan(CheckSubset(batch, checks_++), a, o, kp, 1.0);
+        }
+        if (raw.ok() && raw->call_drafter) {
+          plan = std::move(raw);
+          km_used = 1.0;
+          speculate = true;
+          check_interval_ =
+              std::min<int64_t>(2 * check_interval_, kMaxCheckBackoff * options_.check_every);
+        }
       }
     }
     next_check_ = planned_ + check_interval_;
@@ -134,6 +141,21 @@ absl::StatusOr<ShapePlan> SpecPlanner::Plan(absl::Span<const PlanSequence> batch
   last_raw_marginal_ = (plan->step_seconds - plan->plain_seconds) / km_used;
   if (!speculate) MakePlain(batch, &*plan);
   return plan;
+}
+
+std::vector<PlanSequence> SpecPlanner::CheckSubset(absl::Span<const PlanSequence> batch,
+                                                   int64_t round) const {
+  std::vector<PlanSequence> out(batch.begin(), batch.end());
+  const int64_t n = static_cast<int64_t>(out.size());
+  const int64_t most = std::max<int64_t>(1, options_.check_max_sequences);
+  if (n <= most) return out;
+  // Every stride-th sequence, from an offset that moves with each check.
+  const int64_t stride = (n + most - 1) / most;
+  const int64_t offset = round % stride;
+  for (int64_t i = 0; i < n; ++i) {
+    if ((i + offset) % stride != 0 && !out[i].fixed_shape.has_value()) out[i].can_draft = false;
+  }
+  return out;
 }
 
 bool SpecPlanner::Pays(const ShapePlan& plan) const {

@@ -57,7 +57,9 @@
 // bucket's factor (1 when none is). A plan speculates when its calibrated
 // rate beats plain decoding's by min_gain. Check steps take the other arm,
 // so the factors stay current: plain when the plan speculates, and otherwise
-// the plan of the uncalibrated models when those say speculation pays.
+// the plan of the uncalibrated models when those say speculation pays, for at
+// most check_max_sequences of the batch (the others decode plainly, so a
+// check of a large batch costs a few trees, not a batch of them).
 // While speculation is preferred, every `check_every`-th planned step is a
 // check step. While plain is, the interval doubles after each speculative
 // check, up to 16 * check_every: such a step can cost several plain steps
@@ -124,6 +126,14 @@ struct SpecPlannerOptions {
   // `check_every` planned steps while speculating, backing off to 16 times
   // that while plain. 0: no check.
   int check_every = 16;
+  // A check step taken while plain is preferred speculates for at most this
+  // many sequences of the batch (every k-th, from an offset that moves with
+  // each check), the rest decoding plainly: its trees still teach the added
+  // time factor (measured over what the plan added, however many trees), but
+  // a check no longer costs a whole batch of trees. On the CPU demo pair at
+  // concurrency 64, where no tree pays, four full checks in a 256-step run
+  // cost 2-4% of plain decoding's rate.
+  int check_max_sequences = 8;
   double calibration_decay = 0.7;  // EMA weight of the old time factor
 };
 
@@ -177,6 +187,9 @@ class SpecPlanner {
  private:
   void SeedPrior(const VerifyStepFeatures& f, double seconds);
   bool Pays(const ShapePlan& plan) const;
+  // The sequences the `round`-th partial check step may speculate
+  // (check_max_sequences of them; the others get can_draft = false).
+  std::vector<PlanSequence> CheckSubset(absl::Span<const PlanSequence> batch, int64_t round) const;
   absl::StatusOr<ShapePlan> CalibratedPlan(absl::Span<const PlanSequence> batch,
                                            const AcceptanceModel& a, PlannerOptions o, double kp,
                                            double km) const;
@@ -195,6 +208,7 @@ class SpecPlanner {
   bool prefers_plain_ = false;            // see prefers_plain()
   int64_t check_interval_ = 0;            // planned steps between check steps
   int64_t next_check_ = 0;                // the next check step's planned_
+  int64_t checks_ = 0;                    // partial check steps planned
   static constexpr int kBuckets = 12;     // batch 1, 2-3, 4-7, ..., >= 2048
   double time_factor_[2][kBuckets] = {};  // [km?][bucket]; 0: not measured
   double draft_share_[kBuckets] = {};     // [bucket]; < 0: not measured

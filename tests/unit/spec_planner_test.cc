@@ -13,12 +13,13 @@ namespace {
 
 // A planner whose models make chain:3 pay 2x for a batch of 4: cheap
 // drafting, verify dominated by its per-step cost, drafts always accepted.
-SpecPlanner PayingPlanner() {
+SpecPlanner PayingPlanner(int check_max_sequences = 8) {
   SpecPlannerOptions o;
   o.candidates = {*TreeShape::Parse("chain:3")};
   o.probe_steps = 0;
   o.planner.explore = 0.0;
   o.check_every = 4;
+  o.check_max_sequences = check_max_sequences;
   SpecPlanner p(o);
   VerifyCostModel::Coefficients v;
   v.per_step = 10e-3;
@@ -88,6 +89,43 @@ TEST(SpecPlannerTest, TimeCalibrationTurnsSpeculationSlowerThanPredictedPlain) {
   EXPECT_NEAR(p.time_factor(false, 64), 0.5, 1e-9);
   EXPECT_NEAR(p.time_factor(false, 4), 1.0, 1e-9);
   EXPECT_NEAR(p.time_factor(false, 16), 0.5, 1e-9) << "nearest measured: 64 (bucket 6 vs 2)";
+}
+
+// While plain is preferred, a check step drafts for a few sequences of a
+// large batch only (every 4th of 16 here, a different 4 each time) and learns
+// the added-time factor from what those trees added.
+TEST(SpecPlannerTest, ACheckStepOfALargeBatchDraftsForAFewSequences) {
+  SpecPlanner p = PayingPlanner(/*check_max_sequences=*/4);
+  const std::vector<PlanSequence> batch(16);
+  auto first = p.Plan(batch, true);
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(first->call_drafter);
+  for (const auto& s : first->shapes) EXPECT_TRUE(s.has_value()) << "a planned step drafts all";
+  const double plain = first->plain_seconds, added = first->step_seconds - first->plain_seconds;
+  p.ObserveStepRate(16, 64, plain + 4 * added, /*speculated=*/true);
+  ASSERT_NEAR(p.time_factor(true, 16), 4.0, 1e-9);
+  std::vector<std::vector<int>> drafted;  // per check step, the sequences with trees
+  for (int step = 2; step <= 60; ++step) {
+    auto plan = p.Plan(batch, true);
+    ASSERT_TRUE(plan.ok());
+    if (!plan->call_drafter) {
+      p.ObserveStepRate(16, 16, plain, false);
+      continue;
+    }
+    std::vector<int> with;
+    for (int i = 0; i < 16; ++i) {
+      if (plan->shapes[i].has_value()) with.push_back(i);
+    }
+    drafted.push_back(with);
+    // These trees added 4x their modelled time too.
+    const double part = plan->step_seconds - plan->plain_seconds;
+    EXPECT_LT(part, 0.5 * added) << "a quarter of the batch's trees";
+    p.ObserveStepRate(16, 16 + 3 * static_cast<int64_t>(with.size()), plain + 4 * part, true);
+    EXPECT_NEAR(p.time_factor(true, 16), 4.0, 1e-9) << "step " << step;
+  }
+  ASSERT_GE(drafted.size(), 2u);
+  for (const std::vector<int>& with : drafted) EXPECT_EQ(with.size(), 4u);
+  EXPECT_NE(drafted[0], drafted[1]) << "the checked sequences move";
 }
 
 // Speculation that loses backs the checks off; once measured to pay again,
