@@ -149,11 +149,17 @@ std::vector<PlanSequence> SpecPlanner::CheckSubset(absl::Span<const PlanSequence
   const int64_t n = static_cast<int64_t>(out.size());
   const int64_t most = std::max<int64_t>(1, options_.check_max_sequences);
   if (n <= most) return out;
-  // Every stride-th sequence, from an offset that moves with each check.
-  const int64_t stride = (n + most - 1) / most;
-  const int64_t offset = round % stride;
-  for (int64_t i = 0; i < n; ++i) {
-    if ((i + offset) % stride != 0 && !out[i].fixed_shape.has_value()) out[i].can_draft = false;
+  // The sequences whose drafter is least behind (a long backlog fed with the
+  // check's Draft call would be timed as the trees' cost), ties taken from an
+  // offset that moves with each check.
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[i] = (i + round) % n;
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return out[a].draft_backlog < out[b].draft_backlog;
+  });
+  for (int64_t k = most; k < n; ++k) {
+    PlanSequence& p = out[order[k]];
+    if (!p.fixed_shape.has_value()) p.can_draft = false;
   }
   return out;
 }

@@ -127,8 +127,9 @@ struct SpecPlannerOptions {
   // that while plain. 0: no check.
   int check_every = 16;
   // A check step taken while plain is preferred speculates for at most this
-  // many sequences of the batch (every k-th, from an offset that moves with
-  // each check), the rest decoding plainly: its trees still teach the added
+  // many sequences of the batch (those whose drafter is least behind, ties
+  // from an offset that moves with each check), the rest decoding plainly:
+  // its trees still teach the added
   // time factor (measured over what the plan added, however many trees), but
   // a check no longer costs a whole batch of trees. On the CPU demo pair at
   // concurrency 64, where no tree pays, four full checks in a 256-step run

@@ -79,6 +79,7 @@ void StepMachine::PlanAuto() {
     PlanSequence p;
     p.context_tokens = static_cast<int64_t>(s->tokens.size());
     p.remaining_tokens = std::max<int64_t>(1, g.max_tokens - s->out->counted());
+    p.draft_backlog = static_cast<int64_t>(s->tokens.size() - s->drafter_consumed);
     const bool planned = s->drafter == Seq::Drafter::kOpen && !s->bandit.has_value() &&
                          !s->sampled_bandit.has_value() && (g.auto_tree || g.tree.has_value());
     // A sequence catching up (PlanCatchUps) is planned plain this step.
@@ -107,7 +108,9 @@ void StepMachine::PlanAuto() {
 void StepMachine::OnStepTimes(double draft_seconds, double forward_seconds,
                               double verify_rpc_seconds, double step_seconds,
                               double draft_rpc_seconds) {
-  if (draft_seconds > 0 && step_draft_.levels > 0) planner_->ObserveDraft(step_draft_, draft_seconds);
+  if (draft_seconds > 0 && step_draft_.levels > 0 && !step_backlog_) {
+    planner_->ObserveDraft(step_draft_, draft_seconds);
+  }
   if (draft_rpc_seconds > draft_seconds && draft_seconds > 0) {
     const double overhead = draft_rpc_seconds - draft_seconds;
     draft_rpc_overhead_ =
@@ -116,13 +119,14 @@ void StepMachine::OnStepTimes(double draft_seconds, double forward_seconds,
   if (step_verify_.batch > 0) {
     if (step_draft_share_ >= 0.0) planner_->ObserveDraftShare(step_verify_.batch, step_draft_share_);
     planner_->ObserveVerify(step_verify_, forward_seconds, verify_rpc_seconds);
-    if (step_planned_) {
+    if (step_planned_ && !step_backlog_) {
       planner_->ObserveStepRate(step_verify_.batch, step_committed_, step_seconds,
                                 step_verify_.tree_tokens > step_verify_.batch);
     }
   }
   step_committed_ = 0;
   step_planned_ = false;
+  step_backlog_ = false;
   step_verify_ = {};
   step_draft_ = {};
   step_draft_share_ = -1.0;
@@ -195,6 +199,12 @@ std::vector<DraftItem> StepMachine::PlanDrafts() {
   } else if (!items.empty()) {
     step_draft_share_ = 1.0;
   }
+  // A Draft call that also feeds long backlogs (the first drafted step after
+  // a plain stretch) costs what the trees do not: the step teaches neither
+  // the draft model nor the time factors (OnStepTimes).
+  size_t fed = 0;
+  for (const DraftItem& d : items) fed += d.new_tokens.size();
+  step_backlog_ = !items.empty() && fed > kMaxMeanNewTokens * items.size();
   return items;
 }
 

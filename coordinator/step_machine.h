@@ -367,6 +367,11 @@ class StepMachine {
   DraftStepFeatures step_draft_;
   int64_t step_committed_ = 0;  // tokens committed by the step in flight
   bool step_planned_ = false;   // some sequence of it was planned by "auto"
+  // Its Draft call fed backlogs: more than kMaxMeanNewTokens new tokens per
+  // drafted sequence on average (PlanDrafts; a step's accepted path and bonus
+  // token are at most a tree's depth + 1).
+  bool step_backlog_ = false;
+  static constexpr size_t kMaxMeanNewTokens = 16;
   int32_t draft_ahead_ = 0;     // StepMachineOptions::draft_ahead, as set now
   int64_t draft_ahead_max_batch_ = 0;
   // The share of this step's modelled Draft call it still waits for (-1:

@@ -130,6 +130,7 @@ struct PlanSequence {
   int64_t context_tokens = 0;                   // cached tokens
   int64_t remaining_tokens = int64_t{1} << 40;  // tokens it may still emit (>= 1)
   bool can_draft = true;                        // false: no drafter for it this step
+  int64_t draft_backlog = 0;  // tokens the drafter has yet to consume (fed by its next Draft)
   std::optional<TreeShape> fixed_shape;         // a request that names a shape gets it
 };
 

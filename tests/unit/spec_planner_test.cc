@@ -92,8 +92,8 @@ TEST(SpecPlannerTest, TimeCalibrationTurnsSpeculationSlowerThanPredictedPlain) {
 }
 
 // While plain is preferred, a check step drafts for a few sequences of a
-// large batch only (every 4th of 16 here, a different 4 each time) and learns
-// the added-time factor from what those trees added.
+// large batch only (4 of 16 here, a different 4 each time) and learns the
+// added-time factor from what those trees added.
 TEST(SpecPlannerTest, ACheckStepOfALargeBatchDraftsForAFewSequences) {
   SpecPlanner p = PayingPlanner(/*check_max_sequences=*/4);
   const std::vector<PlanSequence> batch(16);
@@ -126,6 +126,35 @@ TEST(SpecPlannerTest, ACheckStepOfALargeBatchDraftsForAFewSequences) {
   ASSERT_GE(drafted.size(), 2u);
   for (const std::vector<int>& with : drafted) EXPECT_EQ(with.size(), 4u);
   EXPECT_NE(drafted[0], drafted[1]) << "the checked sequences move";
+}
+
+// The check drafts for the sequences whose drafter is least behind: a long
+// backlog fed with the check's Draft call would be timed as the trees' cost.
+TEST(SpecPlannerTest, ACheckDraftsForTheSequencesLeastBehind) {
+  SpecPlanner p = PayingPlanner(/*check_max_sequences=*/4);
+  std::vector<PlanSequence> batch(16);
+  auto first = p.Plan(batch, true);
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(first->call_drafter);
+  const double plain = first->plain_seconds, added = first->step_seconds - first->plain_seconds;
+  p.ObserveStepRate(16, 64, plain + 4 * added, /*speculated=*/true);
+  for (int i = 0; i < 16; ++i) batch[i].draft_backlog = i == 3 || i == 9 ? 0 : 100 + i;
+  for (int step = 2; step <= 20; ++step) {
+    auto plan = p.Plan(batch, true);
+    ASSERT_TRUE(plan.ok());
+    if (!plan->call_drafter) {
+      p.ObserveStepRate(16, 16, plain, false);
+      continue;
+    }
+    std::vector<int> with;
+    for (int i = 0; i < 16; ++i) {
+      if (plan->shapes[i].has_value()) with.push_back(i);
+    }
+    // Backlogs 0, 0, 100, 101: sequences 3, 9, 0, 1.
+    EXPECT_EQ(with, (std::vector<int>{0, 1, 3, 9})) << "step " << step;
+    return;
+  }
+  FAIL() << "no check step";
 }
 
 // Speculation that loses backs the checks off; once measured to pay again,
