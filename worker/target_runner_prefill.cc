@@ -20,12 +20,13 @@
 // from step to step) carries a smaller piece, down to one token, instead of
 // half again its own time: in prefill_stall_test the streams' steps with
 // 7-token trees took 2x their usual 4-token ones once a piece rode on them.
-// The share is half by default, as before it was a flag. A quarter
-// was tried as the default and dropped: in 8 paired runs of
-// prefill_stall_test at load averages of 7-9 on 2 cores, the live streams'
-// median gap during the admission was 1.6 times their median around it with
-// a quarter and 1.7 times with half (medians over the runs; single runs
-// 0.3-5.3 either way), while the prompt's admission took 1.7 times as long.
+// The share is a quarter by default (the worker's --prefill_share): with
+// the bound above, 5 of 5 runs of prefill_stall_test kept the streams' p99
+// gap during the admission under twice their median with a quarter (at most
+// 1.7x) and 4 of 5 with half (up to 2.1x), while the 480-token prompt's
+// admission took 1.0-1.6 s with a quarter and 0.4-0.9 s with half, beside
+// three live streams (2 cores, load average 2-3). Before the bound, on a far
+// more loaded machine (load 7-9), a quarter and half were indistinguishable.
 // When no Verify has come for a few step intervals (no live streams), Open
 // runs passes of its own, at most prefill_chunk_tokens long, sized to half a
 // verify pass while streams were live recently, and lets a waiting Verify go
