@@ -91,6 +91,15 @@ TEST(SpecPlannerTest, TimeCalibrationTurnsSpeculationSlowerThanPredictedPlain) {
   EXPECT_NEAR(p.time_factor(false, 16), 0.5, 1e-9) << "nearest measured: 64 (bucket 6 vs 2)";
 }
 
+// The sequences of a plan that have a tree.
+std::vector<int> WithTrees(const ShapePlan& plan) {
+  std::vector<int> with;
+  for (size_t i = 0; i < plan.shapes.size(); ++i) {
+    if (plan.shapes[i].has_value()) with.push_back(static_cast<int>(i));
+  }
+  return with;
+}
+
 // While plain is preferred, a check step drafts for a few sequences of a
 // large batch only (4 of 16 here, a different 4 each time) and learns the
 // added-time factor from what those trees added.
@@ -112,10 +121,7 @@ TEST(SpecPlannerTest, ACheckStepOfALargeBatchDraftsForAFewSequences) {
       p.ObserveStepRate(16, 16, plain, false);
       continue;
     }
-    std::vector<int> with;
-    for (int i = 0; i < 16; ++i) {
-      if (plan->shapes[i].has_value()) with.push_back(i);
-    }
+    const std::vector<int> with = WithTrees(*plan);
     drafted.push_back(with);
     // These trees added 4x their modelled time too.
     const double part = plan->step_seconds - plan->plain_seconds;
@@ -146,12 +152,8 @@ TEST(SpecPlannerTest, ACheckDraftsForTheSequencesLeastBehind) {
       p.ObserveStepRate(16, 16, plain, false);
       continue;
     }
-    std::vector<int> with;
-    for (int i = 0; i < 16; ++i) {
-      if (plan->shapes[i].has_value()) with.push_back(i);
-    }
     // Backlogs 0, 0, 100, 101: sequences 3, 9, 0, 1.
-    EXPECT_EQ(with, (std::vector<int>{0, 1, 3, 9})) << "step " << step;
+    EXPECT_EQ(WithTrees(*plan), (std::vector<int>{0, 1, 3, 9})) << "step " << step;
     return;
   }
   FAIL() << "no check step";
