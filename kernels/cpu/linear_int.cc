@@ -54,7 +54,7 @@ namespace treespec::cpu {
 namespace {
 
 #define TS_VNNI \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c,fma")))
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,f16c,fma")))
 
 constexpr int kGroupBlocks = 4;  // 32-element blocks per group (one zmm of bytes)
 
@@ -74,79 +74,105 @@ struct WGroup {
   __m512 d, m;       // d_w (and Q4_1's min) of block b in lanes 4b..4b+3
 };
 
-TS_VNNI inline __m512i Load4x16(const uint8_t* p, size_t stride) {
-  __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + stride)), 1);
-  v = _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * stride)), 2);
-  return _mm512_inserti32x4(v, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 3 * stride)),
-                            3);
+// A group's bytes are read as 64-byte windows and rearranged by byte and word
+// permutes (vpermt2b, vpermt2w) into WGroup's layout: 2 to 4 loads and 2 to 3
+// permutes per group where 16-byte inserts and scalar scale loads took ~20
+// instructions. Tables says, for each type, where every code and scale of the
+// group sits in the 128 bytes of two windows.
+struct Tables {
+  alignas(64) uint8_t lo[64];   // codes 0..15 of block b → bytes 16b..16b+15
+  alignas(64) uint8_t hi[64];   // codes 16..31 (Q8_0; nibble types take them from lo)
+  alignas(64) uint16_t dm[32];  // scale of block b → words 4b..4b+3, min → 16 + 4b..
+};
+
+// Index of the group's byte f in the table [wa, wa + 64) ‖ [wb, wb + 64).
+constexpr int At(int f, int wa, int wb) { return f >= wa && f < wa + 64 ? f - wa : 64 + f - wb; }
+
+// bb: block bytes; codes / min: where they start in a block (min < 0: none);
+// (wa, wb): the windows of the low codes and scales; (ha, hb): of the high
+// codes of byte-coded types (scales and mins sit at even offsets, as do all
+// windows, so byte index / 2 is the word index).
+constexpr Tables MakeTables(int bb, int codes, int min, bool nibbles, int wa, int wb, int ha,
+                            int hb) {
+  Tables t{};
+  for (int p = 0; p < 64; ++p) {
+    const int b = p / 16, e = p % 16;
+    t.lo[p] = static_cast<uint8_t>(At(b * bb + codes + e, wa, wb));
+    t.hi[p] = nibbles ? 0 : static_cast<uint8_t>(At(b * bb + codes + 16 + e, ha, hb));
+  }
+  for (int p = 0; p < 16; ++p) {
+    const int b = p / 4;
+    t.dm[p] = static_cast<uint16_t>(At(b * bb, wa, wb) / 2);
+    t.dm[16 + p] = min < 0 ? 0 : static_cast<uint16_t>(At(b * bb + min, wa, wb) / 2);
+  }
+  return t;
 }
 
-inline int32_t Load32(const uint8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
+// The 64 bytes at p, of which only the first `left` exist when kTail (the
+// rest read as zero, without touching memory).
+template <bool kTail>
+TS_VNNI inline __m512i Window(const uint8_t* p, int left) {
+  if (!kTail) return _mm512_loadu_si512(p);
+  const __mmask64 m = left >= 64 ? ~0ull : left <= 0 ? 0ull : (1ull << left) - 1;
+  return _mm512_maskz_loadu_epi8(m, p);
 }
 
-inline int16_t Load16(const uint8_t* p) {
-  int16_t v;
-  std::memcpy(&v, p, 2);
-  return v;
-}
-
-// The 4 f16 scales at p, p + stride, ... → lanes 4b..4b+3.
-TS_VNNI inline __m512 Scales4(const uint8_t* p, size_t stride) {
-  const __m128i h = _mm_setr_epi16(Load16(p), Load16(p + stride), Load16(p + 2 * stride),
-                                   Load16(p + 3 * stride), 0, 0, 0, 0);
-  const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-  return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_cvtph_ps(h)));
-}
-
+// Q8_0: [d f16][32 int8]; a group is 136 bytes, low codes and scales in
+// [0, 64) ‖ [64, 128), high codes in [8, 72) ‖ [72, 136).
 struct Q8_0G {
   static constexpr size_t kBlockBytes = 34;
   static constexpr bool kHasMin = false;
-  TS_VNNI static inline void Decode(const uint8_t* g, WGroup* o) {
-    o->lo = Load4x16(g + 2, kBlockBytes);
-    o->hi = Load4x16(g + 18, kBlockBytes);
+  static constexpr Tables kTables = MakeTables(34, 2, -1, false, 0, 64, 8, 72);
+  template <bool kTail>
+  TS_VNNI static inline void Decode(const uint8_t* g, int left, WGroup* o) {
+    const __m512i a = Window<kTail>(g, left), b = Window<kTail>(g + 64, left - 64);
+    const __m512i ha = Window<kTail>(g + 8, left - 8), hb = Window<kTail>(g + 72, left - 72);
+    o->lo = _mm512_permutex2var_epi8(a, _mm512_load_si512(kTables.lo), b);
+    o->hi = _mm512_permutex2var_epi8(ha, _mm512_load_si512(kTables.hi), hb);
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     o->ulo = _mm512_xor_si512(o->lo, flip);
     o->uhi = _mm512_xor_si512(o->hi, flip);
-    o->d = Scales4(g, kBlockBytes);
+    const __m512i dm = _mm512_permutex2var_epi16(a, _mm512_load_si512(kTables.dm), b);
+    o->d = _mm512_cvtph_ps(_mm512_castsi512_si256(dm));
   }
 };
 
 // Q4_0 and Q4_1: byte j of a block's 16 code bytes holds element j in its low
-// nibble and element j + 16 in its high nibble.
-template <size_t kCodesAt>
-TS_VNNI inline void DecodeNibbles(const uint8_t* g, size_t stride, WGroup* o) {
-  const __m512i q = Load4x16(g + kCodesAt, stride);
+// nibble and element j + 16 in its high nibble. The group fits in
+// [0, 64) ‖ [kWinB, kWinB + 64).
+template <class W, bool kTail>
+TS_VNNI inline void DecodeNibbles(const uint8_t* g, int left, WGroup* o) {
+  const __m512i a = Window<kTail>(g, left), b = Window<kTail>(g + W::kWinB, left - W::kWinB);
+  const __m512i q = _mm512_permutex2var_epi8(a, _mm512_load_si512(W::kTables.lo), b);
   const __m512i mask = _mm512_set1_epi8(0x0f);
   o->lo = o->ulo = _mm512_and_si512(q, mask);
   o->hi = o->uhi = _mm512_and_si512(_mm512_srli_epi16(q, 4), mask);
+  const __m512i dm = _mm512_permutex2var_epi16(a, _mm512_load_si512(W::kTables.dm), b);
+  o->d = _mm512_cvtph_ps(_mm512_castsi512_si256(dm));
+  if (W::kHasMin) o->m = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm, 1));
 }
 
+// Q4_0: [d f16][16 bytes]; a group is 72 bytes.
 struct Q4_0G {
   static constexpr size_t kBlockBytes = 18;
   static constexpr bool kHasMin = false;
-  TS_VNNI static inline void Decode(const uint8_t* g, WGroup* o) {
-    DecodeNibbles<2>(g, kBlockBytes, o);
-    o->d = Scales4(g, kBlockBytes);
+  static constexpr int kWinB = 8;
+  static constexpr Tables kTables = MakeTables(18, 2, -1, true, 0, 8, 0, 0);
+  template <bool kTail>
+  TS_VNNI static inline void Decode(const uint8_t* g, int left, WGroup* o) {
+    DecodeNibbles<Q4_0G, kTail>(g, left, o);
   }
 };
 
+// Q4_1: [d f16][m f16][16 bytes]; a group is 80 bytes.
 struct Q4_1G {
   static constexpr size_t kBlockBytes = 20;
   static constexpr bool kHasMin = true;
-  TS_VNNI static inline void Decode(const uint8_t* g, WGroup* o) {
-    DecodeNibbles<4>(g, kBlockBytes, o);
-    // (d, m) pairs of the 4 blocks → [d0 m0 d1 m1 d2 m2 d3 m3].
-    const __m128i dm = _mm_setr_epi32(Load32(g), Load32(g + kBlockBytes),
-                                      Load32(g + 2 * kBlockBytes), Load32(g + 3 * kBlockBytes));
-    const __m512 f = _mm512_castps256_ps512(_mm256_cvtph_ps(dm));
-    o->d = _mm512_permutexvar_ps(
-        _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6), f);
-    o->m = _mm512_permutexvar_ps(
-        _mm512_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3, 5, 5, 5, 5, 7, 7, 7, 7), f);
+  static constexpr int kWinB = 16;
+  static constexpr Tables kTables = MakeTables(20, 4, 2, true, 0, 16, 0, 0);
+  template <bool kTail>
+  TS_VNNI static inline void Decode(const uint8_t* g, int left, WGroup* o) {
+    DecodeNibbles<Q4_1G, kTail>(g, left, o);
   }
 };
 
@@ -179,27 +205,31 @@ TS_VNNI __attribute__((always_inline)) inline void Tile(const XGroup* x, int G, 
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
   const int full = K / (32 * kGroupBlocks);
-  for (int g = 0; g < G; ++g) {
+  for (int g = 0; g < full; ++g) {
     WGroup wg[NR];
-    // The short last group: its blocks copied in front of zeros.
-    alignas(64) uint8_t tail[NR][kGroupBytes];
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) {
       const uint8_t* p = w + j * row_bytes + g * kGroupBytes;
-      if (g == full) {
-        std::memset(tail[j], 0, kGroupBytes);
-        std::memcpy(tail[j], p, row_bytes - g * kGroupBytes);
-        p = tail[j];
-      } else {
-        _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes + 64, _MM_HINT_T0);
+      for (size_t ahead = 0; ahead < kGroupBytes; ahead += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes + ahead, _MM_HINT_T0);
       }
-      W::Decode(p, &wg[j]);
+      W::template Decode<false>(p, kGroupBytes, &wg[j]);
     }
 #pragma GCC unroll 8
     for (int i = 0; i < TR; ++i)
 #pragma GCC unroll 8
       for (int j = 0; j < NR; ++j) GroupDot<W>(x[i * G + g], wg[j], acc[i][j]);
+  }
+  if (full < G) {
+    // The short last group: the missing blocks read as zero codes and scales.
+    const int left = static_cast<int>(row_bytes - full * kGroupBytes);
+    WGroup wg[NR];
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) W::template Decode<true>(w + j * row_bytes + full * kGroupBytes, left, &wg[j]);
+#pragma GCC unroll 8
+    for (int i = 0; i < TR; ++i)
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) GroupDot<W>(x[i * G + full], wg[j], acc[i][j]);
   }
 #pragma GCC unroll 8
   for (int i = 0; i < TR; ++i)
@@ -300,7 +330,8 @@ bool LinearIntHasSimd() {
                            __builtin_cpu_supports("avx512bw") &&
                            __builtin_cpu_supports("avx512vl") &&
                            __builtin_cpu_supports("avx512dq") &&
-                           __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma");
+                           __builtin_cpu_supports("avx512vnni") &&
+                           __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("fma");
   return have;
 }
 

@@ -10,7 +10,7 @@
 
 namespace treespec::cpu {
 
-// Whether this CPU runs LinearInt (AVX-512 F/BW/VL/DQ and VNNI, F16C, FMA).
+// Whether this CPU runs LinearInt (AVX-512 F/BW/VL/DQ, VNNI and VBMI, F16C, FMA).
 bool LinearIntHasSimd();
 
 // Whether LinearInt takes weights of `wtype` (Q8_0, Q4_0, Q4_1).
