@@ -22,7 +22,8 @@ void Linear(const float* x, const float* w, int T, int K, int N, float* out, int
 // in: x [T, K] f32, w [N, K] stored as `wtype` (f32, f16, bf16, q8_0, q4_0,
 // q4_1; linear_typed.cc); out: out [T, N] = x · wᵀ, batch-invariant like Linear.
 // With AVX-512 VNNI, quantised weights take linear_int.cc's integer path,
-// which rounds x to int16 per 32-element block first.
+// which rounds x to int16 per 32-element block first; with AVX-512 BF16, bf16
+// weights take linear_bf16.cc's vdpbf16ps path (x split into two bf16 parts).
 void LinearTyped(const float* x, const void* w, DType wtype, int T, int K, int N, float* out,
                  int threads = 1);
 // The scalar path of LinearTyped (used where AVX-512 is missing; exposed for tests).

@@ -12,6 +12,8 @@
 // VNNI they take linear_int.cc's integer path instead (activations rounded to
 // int16 per block, an error ~1e-5 of the block's largest value), and this
 // file's quantised kernels remain the path of AVX-512 CPUs without VNNI.
+// Likewise bf16 weights take linear_bf16.cc's vdpbf16ps path where the CPU
+// has AVX-512 BF16.
 //
 // Batch invariance (linear.cc's header): every output element is one dot
 // product in one fixed order — 16 lane accumulators walked over the chunks of
@@ -26,6 +28,7 @@
 #include <vector>
 
 #include "kernels/cpu/dense_ops.h"
+#include "kernels/cpu/linear_bf16.h"
 #include "kernels/cpu/linear_int.h"
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/simd_reduce.h"
@@ -316,6 +319,10 @@ void LinearTyped(const float* x, const void* w, DType wtype, int T, int K, int N
   }
   if (!HaveAvx512()) {
     LinearTypedPortable(x, w, wtype, T, K, N, out, threads);
+    return;
+  }
+  if (wtype == DType::kBF16 && LinearBf16HasSimd()) {
+    LinearBf16(x, w, T, K, N, out, threads);  // linear_bf16.cc
     return;
   }
   if (LinearIntTakes(wtype) && LinearIntHasSimd()) {

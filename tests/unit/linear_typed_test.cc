@@ -4,8 +4,10 @@
 // same row inside a batch, and 1 thread equals 2, bit for bit — on each path
 // this CPU has: the integer path (AVX-512 VNNI; its reference uses the
 // activations as it rounds them, and a looser bound the true activations),
-// the f32-FMA AVX-512 path, and the portable path. Also the CPU backend's
+// the bf16 path (AVX-512 BF16), the f32-FMA AVX-512 path, and the portable
+// path. Also the CPU backend's
 // weight-type spec.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -17,6 +19,7 @@
 #include "core/tensor/dtype.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/dense_ops.h"
+#include "kernels/cpu/linear_bf16.h"
 #include "kernels/cpu/linear_int.h"
 #include "kernels/cpu/quant_blocks.h"
 
@@ -61,17 +64,15 @@ struct Case {
   int K;
 };
 
-// K = 100 gives the 16-bit paths a masked tail; quantised rows are whole
+// K = 100 gives the 16-bit paths a masked tail (K = 8: a row shorter than
+// the bf16 path's 32-element chunk); quantised rows are whole
 // blocks: 96 and 160 end in a short group of the integer path (3 and 1 of 4
 // blocks), 128 and 256 do not.
 const Case kCases[] = {{DType::kF32, 100},  {DType::kF32, 256},  {DType::kF16, 100},
-                       {DType::kBF16, 100}, {DType::kF16, 256},  {DType::kQ8_0, 96},
+                       {DType::kBF16, 100}, {DType::kBF16, 256}, {DType::kBF16, 8},
+                       {DType::kF16, 256},  {DType::kQ8_0, 96},
                        {DType::kQ4_0, 96},  {DType::kQ4_1, 160}, {DType::kQ8_0, 256},
                        {DType::kQ4_0, 128}, {DType::kQ4_1, 64},  {DType::kQ8_0, 576}};
-
-bool IsQuantised(DType t) {
-  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1;
-}
 
 // The activations as the integer path sees them (x̂ = d·q per block), and the
 // largest rounding error of each element: d/2, plus 0.01·d for the f32
@@ -91,13 +92,16 @@ void RoundLikeIntPath(const std::vector<float>& x, int K, std::vector<double>* x
   }
 }
 
-// Checks `kernel` on every case; with `int_path`, on the quantised ones only,
-// against the product with the activations rounded as that path rounds them.
-void CheckKernel(Kernel kernel, const char* path, bool int_path = false) {
+// Checks `kernel` on every case of a type in `only` (all if empty); with
+// `int_path`, against the product with the activations rounded as that path
+// rounds them. `x_rel` bounds the relative error of a path that represents
+// each activation inexactly but without a per-block scale (the bf16 path).
+void CheckKernel(Kernel kernel, const char* path, bool int_path = false,
+                 std::vector<DType> only = {}, double x_rel = 0) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (const Case& c : kCases) {
-    if (int_path && !IsQuantised(c.type)) continue;
+    if (!only.empty() && std::find(only.begin(), only.end(), c.type) == only.end()) continue;
     SCOPED_TRACE(std::string(path) + " " + DTypeName(c.type) + " K=" + std::to_string(c.K));
     // N = 1100 columns so that 2 threads really split the product.
     const int T = 9, N = 1100, K = c.K;
@@ -122,12 +126,13 @@ void CheckKernel(Kernel kernel, const char* path, bool int_path = false) {
           << "row " << t << " alone differs from the same row in a batch of " << T;
       for (int n = 0; n < N; ++n) {
         cpu::DecodeRow(c.type, w.data(), n, K, row.data());
-        double ref = 0, ref_true = 0, mag = 0, rounding = 0;
+        double ref = 0, ref_true = 0, mag = 0, rounding = 0, split = 0;
         for (int k = 0; k < K; ++k) {
           const size_t i = static_cast<size_t>(t) * K + k;
           ref += xq[i] * row[k];
           ref_true += static_cast<double>(x[i]) * row[k];
           mag += std::fabs(xq[i] * row[k]);
+          split += x_rel * std::fabs(xq[i] * row[k]);
           rounding += half_step[i] * std::fabs(row[k]);
         }
         // f32 accumulation of K products: a few ulps of the magnitude sum.
@@ -135,9 +140,9 @@ void CheckKernel(Kernel kernel, const char* path, bool int_path = false) {
         const double err = std::fabs(got - ref), err_true = std::fabs(got - ref_true);
         worst = std::max(worst, err / (mag + 1e-30));
         worst_true = std::max(worst_true, err_true / (mag + 1e-30));
-        ASSERT_LE(err, 1e-6 * K * mag + 1e-30) << "t " << t << " n " << n;
+        ASSERT_LE(err, 1e-6 * K * mag + split + 1e-30) << "t " << t << " n " << n;
         // Against the true activations: also the activations' rounding.
-        ASSERT_LE(err_true, 1e-6 * K * mag + rounding + 1e-30) << "t " << t << " n " << n;
+        ASSERT_LE(err_true, 1e-6 * K * mag + split + rounding + 1e-30) << "t " << t << " n " << n;
       }
     }
     std::printf("[linear_typed] %s %s K=%d: worst error / sum|x*w| = %.3g (true x: %.3g)\n",
@@ -158,9 +163,24 @@ TEST(LinearTypedTest, PortablePathMatchesDequantisedF32AndIsBatchInvariant) {
 
 TEST(LinearTypedTest, IntPathMatchesRoundedActivationsAndIsBatchInvariant) {
   if (!cpu::LinearIntHasSimd()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
-  CheckKernel(&cpu::LinearInt, "int", /*int_path=*/true);
-  // LinearTyped dispatches quantised weights here (and the rest to f32 FMAs).
-  CheckKernel(&cpu::LinearTyped, "dispatch", /*int_path=*/true);
+  const std::vector<DType> quantised = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1};
+  CheckKernel(&cpu::LinearInt, "int", /*int_path=*/true, quantised);
+  // LinearTyped dispatches quantised weights here.
+  CheckKernel(&cpu::LinearTyped, "dispatch", /*int_path=*/true, quantised);
+}
+
+// The bf16 path splits x into two bf16 parts: |x − hi − lo| ≤ 2^-16·|x| on
+// top of the f32 accumulation's error.
+TEST(LinearTypedTest, Bf16PathMatchesDequantisedF32AndIsBatchInvariant) {
+  if (!cpu::LinearBf16HasSimd()) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
+  Kernel bf16 = [](const float* x, const void* w, DType type, int T, int K, int N, float* out,
+                   int threads) {
+    ASSERT_EQ(type, DType::kBF16);
+    cpu::LinearBf16(x, w, T, K, N, out, threads);
+  };
+  CheckKernel(bf16, "bf16", /*int_path=*/false, {DType::kBF16}, std::ldexp(1.0, -16));
+  CheckKernel(&cpu::LinearTyped, "dispatch", /*int_path=*/false, {DType::kBF16},
+              std::ldexp(1.0, -16));
 }
 
 TEST(LinearTypedTest, QuantiseBlockI16RoundsToNearestOfFullScale) {
