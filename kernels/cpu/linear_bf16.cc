@@ -69,6 +69,15 @@ TS_BF16 void SplitRow(const float* x, int K, XChunk* chunks) {
   }
 }
 
+// The 64 bytes at p as two 32-byte loads: rows need not be 64-byte aligned,
+// and unaligned 64-byte loads streamed from memory more slowly on this Zen 4
+// (a 49152 x 576 product, 1 thread, T = 1: 1.50-1.54 ms against 1.74-1.86).
+TS_BF16 inline __m512i Load64(const uint16_t* p) {
+  return _mm512_inserti64x4(
+      _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))),
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)), 1);
+}
+
 // How far ahead of the chunk being read its weight stream is prefetched.
 constexpr size_t kPrefetchBytes = 16 << 10;
 
@@ -92,7 +101,7 @@ TS_BF16 __attribute__((always_inline)) inline void Tile(const XChunk* x, int C, 
       const uint16_t* p = w + static_cast<int64_t>(j) * K + 32 * c;
       if (c < full) {
         _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
-        wv[j] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(p));
+        wv[j] = reinterpret_cast<__m512bh>(Load64(p));
       } else {  // the tail: zero beyond K
         const __mmask32 m = static_cast<__mmask32>((1ull << (K - 32 * c)) - 1);
         wv[j] = reinterpret_cast<__m512bh>(_mm512_maskz_loadu_epi16(m, p));
