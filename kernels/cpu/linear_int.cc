@@ -2,18 +2,20 @@
 //
 // Why: dequantising every weight to f32 in registers (linear_typed.cc) costs
 // ~19 vector ops per 32 Q4_1 weights, which made batch-1 decode ALU-bound
-// (0.83× llama.cpp on SmolLM2 Q4_1). Here the activations are quantised once
-// per call and the weights are multiplied as the integer codes they are:
-// about 6.5 ops per 32 weights at batch 1, and about 2.5 per 32 weights per
-// extra activation row in a prefill tile.
+// (0.86× llama.cpp on SmolLM2 Q4_1, docs/cpu_engine.md). Here the activations
+// are quantised once per call and the weights are multiplied as the integer
+// codes they are: about 7 ops per 32 weights at batch 1, and about 2.5 per 32
+// weights per extra activation row in a prefill tile.
 //
 // Accuracy: each 32-element block of an activation row becomes int16 codes
 // q with one f32 scale d = max|x| / 32767 (QuantiseBlockI16), an error of at
-// most d/2 per element, ~1e-5 of the block's largest value. (llama.cpp rounds
-// activations to int8, 256× coarser; with int16 the SmolLM2 logits stay
-// within the f32 goldens' tolerance against transformers.) The products are
-// exact integers, so the only rounding besides the activations' is the f32
-// accumulation of one scaled sum per block.
+// most d/2 per element, ~1.5e-5 of the block's largest value; a block holding
+// a large activation rounds its other elements on that scale. On the SmolLM2
+// goldens against transformers the top-20 logit error is 1.7e-3–1.8e-3
+// (f32-FMA path ≤ 2e-5), inside the tolerance 2e-3 + 1e-3·|logit|, with the
+// same greedy texts. (llama.cpp rounds activations to int8, 256× coarser.)
+// The products are exact integers, so the only rounding besides the
+// activations' is the f32 accumulation of one scaled sum per block.
 //
 // How: vpdpbusd multiplies unsigned by signed bytes, so q is split as
 // q = 256·h + l with h = q >> 8 (signed byte) and l = q & 255 (unsigned byte):
@@ -26,8 +28,8 @@
 // 128-bit lane b holds block b's elements 0..15 ("lo") or 16..31 ("hi"), so
 // dword lanes 4b..4b+3 of the integer sums belong to block b and one f32 FMA
 // with the per-lane scale d_w·d_x applies all four blocks' scales. A row's
-// last group may be short (K = 576 is 18 blocks): its blocks are copied into
-// a zero-filled group, with zero activations behind them.
+// last group may be short (K = 576 is 18 blocks): masked loads read zero
+// codes and scales for the missing blocks, with zero activations behind them.
 //
 // Batch invariance (linear.cc's header): an output element is the integer sums
 // of its groups (exact, order-free), each turned into f32 and added to 16 lane
