@@ -21,11 +21,19 @@ void RmsNorm(const float* x, const float* w, int T, int D, float eps, float* out
 void Linear(const float* x, const float* w, int T, int K, int N, float* out, int threads = 1);
 // in: x [T, K] f32, w [N, K] stored as `wtype` (f32, f16, bf16, q8_0, q4_0,
 // q4_1; linear_typed.cc); out: out [T, N] = x · wᵀ, batch-invariant like Linear.
+// With AVX-512 VNNI, quantised weights take linear_int.cc's integer path,
+// which rounds x to int16 per 32-element block first; with AVX-512 BF16, bf16
+// weights take linear_bf16.cc's vdpbf16ps path (x split into two bf16 parts).
 void LinearTyped(const float* x, const void* w, DType wtype, int T, int K, int N, float* out,
                  int threads = 1);
 // The scalar path of LinearTyped (used where AVX-512 is missing; exposed for tests).
 void LinearTypedPortable(const float* x, const void* w, DType wtype, int T, int K, int N,
                          float* out, int threads = 1);
+// The AVX-512 path of LinearTyped that dequantises every weight type to f32 in
+// registers (quantised weights on CPUs without VNNI; exposed for tests). Needs
+// LinearTypedHasSimd().
+void LinearTypedF32Fma(const float* x, const void* w, DType wtype, int T, int K, int N,
+                       float* out, int threads = 1);
 // Whether LinearTyped has a SIMD path for `wtype` on this CPU (else portable).
 bool LinearTypedHasSimd(DType wtype);
 // How many threads (<= `threads`) a [T, K] x [N, K] product is split over.

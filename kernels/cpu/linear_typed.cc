@@ -6,13 +6,14 @@
 // Weights are dequantised in registers (a 32-element chunk at a time: f16 by
 // vcvtph2ps, bf16 by a 16-bit shift, quantised blocks by widening the int8 /
 // nibble codes and scaling) and multiplied with the f32 activations by f32
-// FMAs. We chose this over llama.cpp's scheme (quantise the activations to
-// Q8 blocks and use integer dot products) because it adds no activation
-// rounding: the result equals the f32 product with the dequantised matrix up
-// to float summation order, so the f32 goldens' tolerances still apply and
-// greedy outputs match the dequantised f32 model's. Decode is memory-bound,
-// where the bytes saved are what counts; prefill pays a few more ALU ops per
-// weight, amortised over a tile of 4 activation rows.
+// FMAs: the result equals the f32 product with the dequantised matrix up to
+// float summation order. For quantised weights this costs ~19 vector ops per
+// 32 Q4_1 weights, which made batch-1 decode ALU-bound; on CPUs with AVX-512
+// VNNI they take linear_int.cc's integer path instead (activations rounded to
+// int16 per block, an error ~1e-5 of the block's largest value), and this
+// file's quantised kernels remain the path of AVX-512 CPUs without VNNI.
+// Likewise bf16 weights take linear_bf16.cc's vdpbf16ps path where the CPU
+// has AVX-512 BF16.
 //
 // Batch invariance (linear.cc's header): every output element is one dot
 // product in one fixed order — 16 lane accumulators walked over the chunks of
@@ -27,7 +28,10 @@
 #include <vector>
 
 #include "kernels/cpu/dense_ops.h"
+#include "kernels/cpu/linear_bf16.h"
+#include "kernels/cpu/linear_int.h"
 #include "kernels/cpu/quant_blocks.h"
+#include "kernels/cpu/simd_reduce.h"
 #include "kernels/cpu/thread_pool.h"
 
 // GCC 12 warns about the undefined pass-through operand inside the AVX-512
@@ -129,16 +133,6 @@ struct Q4_1W {
     w[1] = _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi))), m);
   }
 };
-
-// Fixed reduction tree of the 16 lanes.
-TS_AVX512 inline float Reduce16(__m512 v) {
-  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v),
-                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 0x55));
-  return _mm_cvtss_f32(s);
-}
 
 // How far ahead of the chunk being read its weight stream is prefetched.
 constexpr size_t kPrefetchBytes = 16 << 10;
@@ -300,17 +294,9 @@ void LinearTypedPortable(const float* x, const void* w, DType wtype, int T, int 
 
 bool LinearTypedHasSimd(DType wtype) { return HaveAvx512(); }
 
-void LinearTyped(const float* x, const void* w, DType wtype, int T, int K, int N, float* out,
-                 int threads) {
+void LinearTypedF32Fma(const float* x, const void* w, DType wtype, int T, int K, int N,
+                       float* out, int threads) {
   if (T == 0 || N == 0) return;
-  if (wtype == DType::kF32 && !HaveAvx512()) {
-    Linear(x, static_cast<const float*>(w), T, K, N, out, threads);  // AVX2 or portable
-    return;
-  }
-  if (!HaveAvx512()) {
-    LinearTypedPortable(x, w, wtype, T, K, N, out, threads);
-    return;
-  }
   const uint8_t* wb = static_cast<const uint8_t*>(w);
   const size_t rb = DTypeBytes(wtype, K);
   switch (wtype) {
@@ -322,6 +308,28 @@ void LinearTyped(const float* x, const void* w, DType wtype, int T, int K, int N
     case DType::kQ4_1: RunAvx512<Q4_1W>(x, wb, rb, T, K, N, out, threads); break;
     default: LinearTypedPortable(x, w, wtype, T, K, N, out, threads); break;
   }
+}
+
+void LinearTyped(const float* x, const void* w, DType wtype, int T, int K, int N, float* out,
+                 int threads) {
+  if (T == 0 || N == 0) return;
+  if (wtype == DType::kF32 && !HaveAvx512()) {
+    Linear(x, static_cast<const float*>(w), T, K, N, out, threads);  // AVX2 or portable
+    return;
+  }
+  if (!HaveAvx512()) {
+    LinearTypedPortable(x, w, wtype, T, K, N, out, threads);
+    return;
+  }
+  if (wtype == DType::kBF16 && LinearBf16HasSimd()) {
+    LinearBf16(x, w, T, K, N, out, threads);  // linear_bf16.cc
+    return;
+  }
+  if (LinearIntTakes(wtype) && LinearIntHasSimd()) {
+    LinearInt(x, w, wtype, T, K, N, out, threads);  // linear_int.cc
+    return;
+  }
+  LinearTypedF32Fma(x, w, wtype, T, K, N, out, threads);
 }
 
 }  // namespace treespec::cpu

@@ -1,8 +1,13 @@
-// LinearTyped (kernels/cpu/linear_typed.cc): f32, f16, bf16, Q8_0, Q4_0 and Q4_1
-// weight matrices against the f32 product with the dequantised matrix, and
-// batch invariance — a row computed alone equals the same row inside a batch,
-// and 1 thread equals 2, bit for bit — on the SIMD path (where this CPU has
-// it) and on the portable path. Also the CPU backend's weight-type spec.
+// LinearTyped (kernels/cpu/linear_typed.cc, linear_int.cc): f32, f16, bf16,
+// Q8_0, Q4_0 and Q4_1 weight matrices against the f64 product with the
+// dequantised matrix, and batch invariance — a row computed alone equals the
+// same row inside a batch, and 1 thread equals 2, bit for bit — on each path
+// this CPU has: the integer path (AVX-512 VNNI; its reference uses the
+// activations as it rounds them, and a looser bound the true activations),
+// the bf16 path (AVX-512 BF16), the f32-FMA AVX-512 path, and the portable
+// path. Also the CPU backend's
+// weight-type spec.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -14,6 +19,8 @@
 #include "core/tensor/dtype.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/dense_ops.h"
+#include "kernels/cpu/linear_bf16.h"
+#include "kernels/cpu/linear_int.h"
 #include "kernels/cpu/quant_blocks.h"
 
 namespace treespec {
@@ -57,27 +64,61 @@ struct Case {
   int K;
 };
 
-// K = 100 gives the 16-bit paths a masked tail; quantised rows are whole blocks.
-const Case kCases[] = {{DType::kF32, 100}, {DType::kF32, 256}, {DType::kF16, 100}, {DType::kBF16, 100}, {DType::kF16, 256},
-                       {DType::kQ8_0, 96},  {DType::kQ4_0, 96},  {DType::kQ4_1, 160}};
+// K = 100 gives the 16-bit paths a masked tail (K = 8: a row shorter than
+// the bf16 path's 32-element chunk); quantised rows are whole
+// blocks: 96 and 160 end in a short group of the integer path (3 and 1 of 4
+// blocks), 128 and 256 do not.
+const Case kCases[] = {{DType::kF32, 100},  {DType::kF32, 256},  {DType::kF16, 100},
+                       {DType::kBF16, 100}, {DType::kBF16, 256}, {DType::kBF16, 8},
+                       {DType::kF16, 256},  {DType::kQ8_0, 96},
+                       {DType::kQ4_0, 96},  {DType::kQ4_1, 160}, {DType::kQ8_0, 256},
+                       {DType::kQ4_0, 128}, {DType::kQ4_1, 64},  {DType::kQ8_0, 576}};
 
-void CheckKernel(Kernel kernel, const char* path) {
+// The activations as the integer path sees them (x̂ = d·q per block), and the
+// largest rounding error of each element: d/2, plus 0.01·d for the f32
+// rounding of x·(32767 / max|x|) and of d (each < 0.004 codes at 32767).
+void RoundLikeIntPath(const std::vector<float>& x, int K, std::vector<double>* xq,
+                      std::vector<double>* half_step) {
+  xq->resize(x.size());
+  half_step->resize(x.size());
+  int16_t q[32];
+  float d;
+  for (size_t b = 0; b < x.size() / 32; ++b) {
+    cpu::QuantiseBlockI16(x.data() + 32 * b, q, &d);
+    for (int e = 0; e < 32; ++e) {
+      (*xq)[32 * b + e] = static_cast<double>(d) * q[e];
+      (*half_step)[32 * b + e] = 0.51 * d;
+    }
+  }
+}
+
+// Checks `kernel` on every case of a type in `only` (all if empty); with
+// `int_path`, against the product with the activations rounded as that path
+// rounds them. `x_rel` bounds the relative error of a path that represents
+// each activation inexactly but without a per-block scale (the bf16 path).
+void CheckKernel(Kernel kernel, const char* path, bool int_path = false,
+                 std::vector<DType> only = {}, double x_rel = 0) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (const Case& c : kCases) {
+    if (!only.empty() && std::find(only.begin(), only.end(), c.type) == only.end()) continue;
     SCOPED_TRACE(std::string(path) + " " + DTypeName(c.type) + " K=" + std::to_string(c.K));
     // N = 1100 columns so that 2 threads really split the product.
     const int T = 9, N = 1100, K = c.K;
     std::vector<uint8_t> w = RandomMatrix(c.type, N, K, &rng);
     std::vector<float> x(static_cast<size_t>(T) * K);
     for (float& v : x) v = u(rng);
+    x[3] = 0;  // a zero and a large element: the rounding scales differ per block
+    x[K + 5] = 40.0f;
+    std::vector<double> xq(x.begin(), x.end()), half_step(x.size(), 0.0);
+    if (int_path) RoundLikeIntPath(x, K, &xq, &half_step);
     std::vector<float> batch(static_cast<size_t>(T) * N), two(batch.size());
     kernel(x.data(), w.data(), c.type, T, K, N, batch.data(), 1);
     kernel(x.data(), w.data(), c.type, T, K, N, two.data(), 2);
     EXPECT_EQ(0, std::memcmp(batch.data(), two.data(), batch.size() * sizeof(float)))
         << "2 threads differ from 1";
     std::vector<float> row(K), alone(N);
-    double worst = 0;
+    double worst = 0, worst_true = 0;
     for (int t = 0; t < T; ++t) {
       kernel(x.data() + static_cast<size_t>(t) * K, w.data(), c.type, 1, K, N, alone.data(), 1);
       EXPECT_EQ(0, std::memcmp(alone.data(), batch.data() + static_cast<size_t>(t) * N,
@@ -85,19 +126,27 @@ void CheckKernel(Kernel kernel, const char* path) {
           << "row " << t << " alone differs from the same row in a batch of " << T;
       for (int n = 0; n < N; ++n) {
         cpu::DecodeRow(c.type, w.data(), n, K, row.data());
-        double ref = 0, mag = 0;
+        double ref = 0, ref_true = 0, mag = 0, rounding = 0, split = 0;
         for (int k = 0; k < K; ++k) {
-          ref += static_cast<double>(x[t * K + k]) * row[k];
-          mag += std::fabs(static_cast<double>(x[t * K + k]) * row[k]);
+          const size_t i = static_cast<size_t>(t) * K + k;
+          ref += xq[i] * row[k];
+          ref_true += static_cast<double>(x[i]) * row[k];
+          mag += std::fabs(xq[i] * row[k]);
+          split += x_rel * std::fabs(xq[i] * row[k]);
+          rounding += half_step[i] * std::fabs(row[k]);
         }
         // f32 accumulation of K products: a few ulps of the magnitude sum.
-        const double err = std::fabs(batch[static_cast<size_t>(t) * N + n] - ref);
+        const double got = batch[static_cast<size_t>(t) * N + n];
+        const double err = std::fabs(got - ref), err_true = std::fabs(got - ref_true);
         worst = std::max(worst, err / (mag + 1e-30));
-        ASSERT_LE(err, 1e-6 * K * mag + 1e-30) << "t " << t << " n " << n;
+        worst_true = std::max(worst_true, err_true / (mag + 1e-30));
+        ASSERT_LE(err, 1e-6 * K * mag + split + 1e-30) << "t " << t << " n " << n;
+        // Against the true activations: also the activations' rounding.
+        ASSERT_LE(err_true, 1e-6 * K * mag + split + rounding + 1e-30) << "t " << t << " n " << n;
       }
     }
-    std::printf("[linear_typed] %s %s K=%d: worst error / sum|x*w| = %.3g\n", path,
-                DTypeName(c.type), K, worst);
+    std::printf("[linear_typed] %s %s K=%d: worst error / sum|x*w| = %.3g (true x: %.3g)\n",
+                path, DTypeName(c.type), K, worst, worst_true);
   }
 }
 
@@ -105,11 +154,58 @@ TEST(LinearTypedTest, SimdPathMatchesDequantisedF32AndIsBatchInvariant) {
   if (!cpu::LinearTypedHasSimd(DType::kF16)) {
     GTEST_SKIP() << "no AVX-512 on this CPU (f32 then takes linear.cc's AVX2 kernel)";
   }
-  CheckKernel(&cpu::LinearTyped, "simd");
+  CheckKernel(&cpu::LinearTypedF32Fma, "avx512-f32fma");
 }
 
 TEST(LinearTypedTest, PortablePathMatchesDequantisedF32AndIsBatchInvariant) {
   CheckKernel(&cpu::LinearTypedPortable, "portable");
+}
+
+TEST(LinearTypedTest, IntPathMatchesRoundedActivationsAndIsBatchInvariant) {
+  if (!cpu::LinearIntHasSimd()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  const std::vector<DType> quantised = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1};
+  CheckKernel(&cpu::LinearInt, "int", /*int_path=*/true, quantised);
+  // LinearTyped dispatches quantised weights here.
+  CheckKernel(&cpu::LinearTyped, "dispatch", /*int_path=*/true, quantised);
+}
+
+// The bf16 path splits x into two bf16 parts: |x − hi − lo| ≤ 2^-16·|x| on
+// top of the f32 accumulation's error.
+TEST(LinearTypedTest, Bf16PathMatchesDequantisedF32AndIsBatchInvariant) {
+  if (!cpu::LinearBf16HasSimd()) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
+  Kernel bf16 = [](const float* x, const void* w, DType type, int T, int K, int N, float* out,
+                   int threads) {
+    ASSERT_EQ(type, DType::kBF16);
+    cpu::LinearBf16(x, w, T, K, N, out, threads);
+  };
+  CheckKernel(bf16, "bf16", /*int_path=*/false, {DType::kBF16}, std::ldexp(1.0, -16));
+  CheckKernel(&cpu::LinearTyped, "dispatch", /*int_path=*/false, {DType::kBF16},
+              std::ldexp(1.0, -16));
+}
+
+TEST(LinearTypedTest, QuantiseBlockI16RoundsToNearestOfFullScale) {
+  if (!cpu::LinearIntHasSimd()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  for (int trial = 0; trial < 200; ++trial) {
+    float x[32];
+    for (float& v : x) v = trial == 0 ? 0.0f : u(rng);
+    if (trial % 7 == 1) x[trial % 32] = -1e4f;
+    int16_t q[32];
+    float d;
+    cpu::QuantiseBlockI16(x, q, &d);
+    float amax = 0;
+    int qmax = 0;
+    for (int e = 0; e < 32; ++e) {
+      amax = std::max(amax, std::fabs(x[e]));
+      qmax = std::max(qmax, std::abs(static_cast<int>(q[e])));
+      // Half a step, plus the f32 rounding of x·(32767 / max|x|) and of d.
+      ASSERT_LE(std::fabs(x[e] - static_cast<double>(d) * q[e]), 0.51 * d + 1e-30)
+          << "trial " << trial << " element " << e << " x " << x[e] << " q " << q[e];
+    }
+    EXPECT_EQ(d, amax / 32767.0f) << "trial " << trial;
+    EXPECT_EQ(qmax, trial == 0 ? 0 : 32767) << "trial " << trial;
+  }
 }
 
 TEST(LinearTypedTest, DecodeBlockMatchesTheGgmlFormulas) {

@@ -1,0 +1,369 @@
+// LinearTyped's integer path for Q8_0 / Q4_0 / Q4_1 weights (AVX-512 VNNI).
+//
+// Why: dequantising every weight to f32 in registers (linear_typed.cc) costs
+// ~19 vector ops per 32 Q4_1 weights, which made batch-1 decode ALU-bound
+// (0.86× llama.cpp on SmolLM2 Q4_1, docs/cpu_engine.md). Here the activations
+// are quantised once per call and the weights are multiplied as the integer
+// codes they are: about 7 ops per 32 weights at batch 1, and about 2.5 per 32
+// weights per extra activation row in a prefill tile.
+//
+// Accuracy: each 32-element block of an activation row becomes int16 codes
+// q with one f32 scale d = max|x| / 32767 (QuantiseBlockI16), an error of at
+// most d/2 per element, ~1.5e-5 of the block's largest value; a block holding
+// a large activation rounds its other elements on that scale. On the SmolLM2
+// goldens against transformers the top-20 logit error is 1.7e-3–1.8e-3
+// (f32-FMA path ≤ 2e-5), inside the tolerance 2e-3 + 1e-3·|logit|, with the
+// same greedy texts. (llama.cpp rounds activations to int8, 256× coarser.)
+// The products are exact integers, so the only rounding besides the
+// activations' is the f32 accumulation of one scaled sum per block.
+//
+// How: vpdpbusd multiplies unsigned by signed bytes, so q is split as
+// q = 256·h + l with h = q >> 8 (signed byte) and l = q & 255 (unsigned byte):
+//   Σ w·q = 256·Σ w·h + Σ l·w.
+// Q4 codes (0..15) serve as either operand. Q8_0 codes are signed, so the
+// h-product uses w + 128 (= w ^ 0x80 as an unsigned byte) and the activation
+// side adds −128·256·Σh. Q4_0's −8 offset is −8·Σq, Q4_1's min m adds
+// m·d·Σq in f32. These corrections depend only on the activations and are
+// precomputed per block with them (XGroup). A group of 4 blocks fills a zmm:
+// 128-bit lane b holds block b's elements 0..15 ("lo") or 16..31 ("hi"), so
+// dword lanes 4b..4b+3 of the integer sums belong to block b and one f32 FMA
+// with the per-lane scale d_w·d_x applies all four blocks' scales. A row's
+// last group may be short (K = 576 is 18 blocks): masked loads read zero
+// codes and scales for the missing blocks, with zero activations behind them.
+//
+// Batch invariance (linear.cc's header): an output element is the integer sums
+// of its groups (exact, order-free), each turned into f32 and added to 16 lane
+// accumulators in group order by the same FMAs, then Reduce16's fixed tree —
+// whatever the tile (4×2 for prefill, 1×1 for decode), the number of rows T
+// or the thread. The activation codes of a row depend on that row only.
+#include "kernels/cpu/linear_int.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/dense_ops.h"
+#include "kernels/cpu/simd_reduce.h"
+
+// GCC 12 warns about the undefined pass-through operand inside the AVX-512
+// intrinsic headers themselves (a known false positive).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+namespace treespec::cpu {
+namespace {
+
+#define TS_VNNI \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,f16c,fma")))
+
+constexpr int kGroupBlocks = 4;  // 32-element blocks per group (one zmm of bytes)
+constexpr size_t kKeepBytes = 4 << 20;  // activation buffer kept between calls
+
+// One row's activations for one group of 4 blocks, in the lane layout above.
+struct alignas(64) XGroup {
+  uint8_t l[2][64];   // low bytes of q: [lo/hi half][16·block + element]
+  int8_t h[2][64];    // high bytes of q, same layout
+  int32_t corr[16];   // integer correction of block b in lane 4b (type-dependent)
+  float d[16];        // d_x of block b in lanes 4b..4b+3
+  float dsum[16];     // Q4_1: d_x·Σq of block b in lane 4b
+};
+
+// Weights of one group of 4 blocks of one row, decoded for XGroup's layout.
+struct WGroup {
+  __m512i lo, hi;    // codes as signed bytes, for the l-products
+  __m512i ulo, uhi;  // codes as unsigned bytes, for the h-products
+  __m512 d, m;       // d_w (and Q4_1's min) of block b in lanes 4b..4b+3
+};
+
+// A group's bytes are read as 64-byte windows and rearranged by byte and word
+// permutes (vpermt2b, vpermt2w) into WGroup's layout: 2 to 4 windows and 2 to
+// 3 permutes per group where 16-byte inserts and scalar scale loads took ~20
+// instructions. Tables says, for each type, where every code and scale of the
+// group sits in the 128 bytes of two windows.
+struct Tables {
+  alignas(64) uint8_t lo[64];   // codes 0..15 of block b → bytes 16b..16b+15
+  alignas(64) uint8_t hi[64];   // codes 16..31 (Q8_0; nibble types take them from lo)
+  alignas(64) uint16_t dm[32];  // scale of block b → words 4b..4b+3, min → 16 + 4b..
+};
+
+// Index of the group's byte f in the table [wa, wa + 64) ‖ [wb, wb + 64).
+constexpr int At(int f, int wa, int wb) { return f >= wa && f < wa + 64 ? f - wa : 64 + f - wb; }
+
+// bb: block bytes; codes / min: where they start in a block (min < 0: none);
+// (wa, wb): the windows of the low codes and scales; (ha, hb): of the high
+// codes of byte-coded types (scales and mins sit at even offsets, as do all
+// windows, so byte index / 2 is the word index).
+constexpr Tables MakeTables(int bb, int codes, int min, bool nibbles, int wa, int wb, int ha,
+                            int hb) {
+  Tables t{};
+  for (int p = 0; p < 64; ++p) {
+    const int b = p / 16, e = p % 16;
+    t.lo[p] = static_cast<uint8_t>(At(b * bb + codes + e, wa, wb));
+    t.hi[p] = nibbles ? 0 : static_cast<uint8_t>(At(b * bb + codes + 16 + e, ha, hb));
+  }
+  for (int p = 0; p < 16; ++p) {
+    const int b = p / 4;
+    t.dm[p] = static_cast<uint16_t>(At(b * bb, wa, wb) / 2);
+    t.dm[16 + p] = min < 0 ? 0 : static_cast<uint16_t>(At(b * bb + min, wa, wb) / 2);
+  }
+  return t;
+}
+
+// Half of a window: the 32 bytes at p, of which only the first `left` exist
+// when kTail (the rest read as zero, without touching memory).
+template <bool kTail>
+TS_VNNI inline __m256i Half(const uint8_t* p, int left) {
+  if (!kTail) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __mmask32 m = left >= 32 ? ~0u : left <= 0 ? 0u : (1u << left) - 1;
+  return _mm256_maskz_loadu_epi8(m, p);
+}
+
+// The 64 bytes at p (as Half). Read as two 32-byte loads: a group's windows
+// are not 64-byte aligned, and unaligned 64-byte loads from memory streamed
+// at about half the speed on this Zen 4 (a 49152 x 576 Q8_0 product: ~2.1 ms
+// against ~1.1 ms, 1 thread).
+template <bool kTail>
+TS_VNNI inline __m512i Window(const uint8_t* p, int left) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(Half<kTail>(p, left)),
+                            Half<kTail>(p + 32, left - 32), 1);
+}
+
+// Q8_0: [d f16][32 int8]; a group is 136 bytes, low codes and scales in
+// [0, 64) ‖ [64, 128), high codes in [8, 72) ‖ [72, 136).
+struct Q8_0G {
+  static constexpr size_t kBlockBytes = 34;
+  static constexpr bool kHasMin = false;
+  static constexpr Tables kTables = MakeTables(34, 2, -1, false, 0, 64, 8, 72);
+  template <bool kTail>
+  TS_VNNI static inline void Decode(const uint8_t* g, int left, WGroup* o) {
+    const __m512i a = Window<kTail>(g, left), b = Window<kTail>(g + 64, left - 64);
+    const __m512i ha = Window<kTail>(g + 8, left - 8), hb = Window<kTail>(g + 72, left - 72);
+    o->lo = _mm512_permutex2var_epi8(a, _mm512_load_si512(kTables.lo), b);
+    o->hi = _mm512_permutex2var_epi8(ha, _mm512_load_si512(kTables.hi), hb);
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    o->ulo = _mm512_xor_si512(o->lo, flip);
+    o->uhi = _mm512_xor_si512(o->hi, flip);
+    const __m512i dm = _mm512_permutex2var_epi16(a, _mm512_load_si512(kTables.dm), b);
+    o->d = _mm512_cvtph_ps(_mm512_castsi512_si256(dm));
+  }
+};
+
+// Q4_0 and Q4_1: byte j of a block's 16 code bytes holds element j in its low
+// nibble and element j + 16 in its high nibble. The group fits in
+// [0, 64) ‖ [kWinB, kWinB + 64).
+template <class W, bool kTail>
+TS_VNNI inline void DecodeNibbles(const uint8_t* g, int left, WGroup* o) {
+  const __m512i a = Window<kTail>(g, left), b = Window<kTail>(g + W::kWinB, left - W::kWinB);
+  const __m512i q = _mm512_permutex2var_epi8(a, _mm512_load_si512(W::kTables.lo), b);
+  const __m512i mask = _mm512_set1_epi8(0x0f);
+  o->lo = o->ulo = _mm512_and_si512(q, mask);
+  o->hi = o->uhi = _mm512_and_si512(_mm512_srli_epi16(q, 4), mask);
+  const __m512i dm = _mm512_permutex2var_epi16(a, _mm512_load_si512(W::kTables.dm), b);
+  o->d = _mm512_cvtph_ps(_mm512_castsi512_si256(dm));
+  if (W::kHasMin) o->m = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm, 1));
+}
+
+// Q4_0: [d f16][16 bytes]; a group is 72 bytes.
+struct Q4_0G {
+  static constexpr size_t kBlockBytes = 18;
+  static constexpr bool kHasMin = false;
+  static constexpr int kWinB = 8;
+  static constexpr Tables kTables = MakeTables(18, 2, -1, true, 0, 8, 0, 0);
+  template <bool kTail>
+  TS_VNNI static inline void Decode(const uint8_t* g, int left, WGroup* o) {
+    DecodeNibbles<Q4_0G, kTail>(g, left, o);
+  }
+};
+
+// Q4_1: [d f16][m f16][16 bytes]; a group is 80 bytes.
+struct Q4_1G {
+  static constexpr size_t kBlockBytes = 20;
+  static constexpr bool kHasMin = true;
+  static constexpr int kWinB = 16;
+  static constexpr Tables kTables = MakeTables(20, 4, 2, true, 0, 16, 0, 0);
+  template <bool kTail>
+  TS_VNNI static inline void Decode(const uint8_t* g, int left, WGroup* o) {
+    DecodeNibbles<Q4_1G, kTail>(g, left, o);
+  }
+};
+
+// acc += this group's contribution of weight row `w` to activation row `x`.
+template <class W>
+TS_VNNI __attribute__((always_inline)) inline void GroupDot(const XGroup& x, const WGroup& w,
+                                                            __m512& acc) {
+  __m512i l = _mm512_load_si512(x.corr);
+  l = _mm512_dpbusd_epi32(l, _mm512_load_si512(x.l[0]), w.lo);
+  l = _mm512_dpbusd_epi32(l, _mm512_load_si512(x.l[1]), w.hi);
+  __m512i h = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.ulo, _mm512_load_si512(x.h[0]));
+  h = _mm512_dpbusd_epi32(h, w.uhi, _mm512_load_si512(x.h[1]));
+  const __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(h, 8), l);
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(w.d, _mm512_load_ps(x.d)), acc);
+  if (W::kHasMin) acc = _mm512_fmadd_ps(w.m, _mm512_load_ps(x.dsum), acc);
+}
+
+// How far ahead of the group being read its weight stream is prefetched.
+constexpr size_t kPrefetchBytes = 16 << 10;
+
+// TR activation rows (G groups each, rows G apart in `x`) × NR weight rows.
+template <class W, int TR, int NR>
+TS_VNNI __attribute__((always_inline)) inline void Tile(const XGroup* x, int G, int K,
+                                                        const uint8_t* w, size_t row_bytes,
+                                                        int64_t ldo, float* out) {
+  constexpr size_t kGroupBytes = kGroupBlocks * W::kBlockBytes;
+  __m512 acc[TR][NR];
+#pragma GCC unroll 8
+  for (int i = 0; i < TR; ++i)
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm512_setzero_ps();
+  const int full = K / (32 * kGroupBlocks);
+  for (int g = 0; g < full; ++g) {
+    WGroup wg[NR];
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) {
+      const uint8_t* p = w + j * row_bytes + g * kGroupBytes;
+      for (size_t ahead = 0; ahead < kGroupBytes; ahead += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes + ahead, _MM_HINT_T0);
+      }
+      W::template Decode<false>(p, kGroupBytes, &wg[j]);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < TR; ++i)
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) GroupDot<W>(x[i * G + g], wg[j], acc[i][j]);
+  }
+  if (full < G) {
+    // The short last group: the missing blocks read as zero codes and scales.
+    const int left = static_cast<int>(row_bytes - full * kGroupBytes);
+    WGroup wg[NR];
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) W::template Decode<true>(w + j * row_bytes + full * kGroupBytes, left, &wg[j]);
+#pragma GCC unroll 8
+    for (int i = 0; i < TR; ++i)
+#pragma GCC unroll 8
+      for (int j = 0; j < NR; ++j) GroupDot<W>(x[i * G + full], wg[j], acc[i][j]);
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < TR; ++i)
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) out[i * ldo + j] = Reduce16(acc[i][j]);
+}
+
+// Output columns [n0, n1) for all T rows, weight rows walked in blocks that
+// stay in L1 while every activation row passes over them (as linear_typed.cc).
+template <class W>
+TS_VNNI void Columns(const XGroup* x, int G, const uint8_t* w, size_t row_bytes, int T, int K,
+                     int N, int n0, int n1, float* out) {
+  const int nb_rows = std::max<int>(4, static_cast<int>((24 << 10) / row_bytes));
+  for (int nb = n0; nb < n1; nb += nb_rows) {
+    const int ne = std::min(n1, nb + nb_rows);
+    int t = 0;
+    for (; t + 4 <= T; t += 4) {
+      const XGroup* xt = x + static_cast<int64_t>(t) * G;
+      float* ot = out + static_cast<int64_t>(t) * N;
+      int n = nb;
+      for (; n + 2 <= ne; n += 2) Tile<W, 4, 2>(xt, G, K, w + n * row_bytes, row_bytes, N, ot + n);
+      for (; n < ne; ++n) Tile<W, 4, 1>(xt, G, K, w + n * row_bytes, row_bytes, N, ot + n);
+    }
+    for (; t < T; ++t) {
+      const XGroup* xt = x + static_cast<int64_t>(t) * G;
+      float* ot = out + static_cast<int64_t>(t) * N;
+      for (int n = nb; n < ne; ++n) Tile<W, 1, 1>(xt, G, K, w + n * row_bytes, row_bytes, N, ot + n);
+    }
+  }
+}
+
+// One block of activations → int16 codes (as int32 in q[0], q[1]) and *d.
+TS_VNNI inline void QuantiseBlock(const float* x, __m512i* q, float* d) {
+  const __m512 v[2] = {_mm512_loadu_ps(x), _mm512_loadu_ps(x + 16)};
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1])));
+  *d = amax / 32767.0f;
+  const __m512 inv = _mm512_set1_ps(amax > 0 ? 32767.0f / amax : 0.0f);
+  const __m512 hi = _mm512_set1_ps(32767.0f), lo = _mm512_set1_ps(-32767.0f);
+  for (int s = 0; s < 2; ++s) {
+    const __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(v[s], inv),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    q[s] = _mm512_cvtps_epi32(_mm512_min_ps(hi, _mm512_max_ps(lo, r)));
+  }
+}
+
+// One activation row → its G groups (zero beyond the last block).
+TS_VNNI void QuantiseRow(const float* x, int K, DType wtype, XGroup* groups) {
+  const int num_blocks = K / 32;
+  std::memset(static_cast<void*>(groups), 0,
+              sizeof(XGroup) * ((num_blocks + kGroupBlocks - 1) / kGroupBlocks));
+  for (int b = 0; b < num_blocks; ++b) {
+    XGroup& g = groups[b / kGroupBlocks];
+    const int lane = b % kGroupBlocks;
+    __m512i q[2];
+    float d;
+    QuantiseBlock(x + 32 * b, q, &d);
+    int32_t sum_q = 0, sum_h = 0;
+    for (int s = 0; s < 2; ++s) {
+      const __m512i h = _mm512_srai_epi32(q[s], 8);  // q = 256·h + (q & 255)
+      const __m512i l = _mm512_and_si512(q[s], _mm512_set1_epi32(255));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(g.l[s] + 16 * lane), _mm512_cvtepi32_epi8(l));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(g.h[s] + 16 * lane), _mm512_cvtepi32_epi8(h));
+      sum_q += _mm512_reduce_add_epi32(q[s]);
+      sum_h += _mm512_reduce_add_epi32(h);
+    }
+    if (wtype == DType::kQ8_0) g.corr[4 * lane] = -128 * 256 * sum_h;
+    if (wtype == DType::kQ4_0) g.corr[4 * lane] = -8 * sum_q;
+    if (wtype == DType::kQ4_1) g.dsum[4 * lane] = d * static_cast<float>(sum_q);
+    for (int s = 0; s < 4; ++s) g.d[4 * lane + s] = d;
+  }
+}
+
+template <class W>
+void Run(const float* x, const uint8_t* w, DType wtype, int T, int K, int N, float* out,
+         int threads) {
+  const int G = (K / 32 + kGroupBlocks - 1) / kGroupBlocks;
+  thread_local std::vector<XGroup> groups;
+  groups.resize(static_cast<size_t>(T) * G);
+  for (int t = 0; t < T; ++t) QuantiseRow(x + static_cast<int64_t>(t) * K, K, wtype, &groups[t * G]);
+  const size_t row_bytes = static_cast<size_t>(K / 32) * W::kBlockBytes;
+  const XGroup* xg = groups.data();
+  ColumnChunks(T, K, N, threads, [&](int n0, int n1) {
+    Columns<W>(xg, G, w, row_bytes, T, K, N, n0, n1, out);
+  });
+  // Keep a decode-sized buffer between calls, not a long prompt's.
+  if (groups.size() * sizeof(XGroup) > kKeepBytes) std::vector<XGroup>().swap(groups);
+}
+
+}  // namespace
+
+TS_VNNI void QuantiseBlockI16(const float* x, int16_t* q, float* d) {
+  __m512i v[2];
+  QuantiseBlock(x, v, d);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), _mm512_cvtepi32_epi16(v[0]));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 16), _mm512_cvtepi32_epi16(v[1]));
+}
+
+bool LinearIntHasSimd() {
+  static const bool have = __builtin_cpu_supports("avx512f") &&
+                           __builtin_cpu_supports("avx512bw") &&
+                           __builtin_cpu_supports("avx512vl") &&
+                           __builtin_cpu_supports("avx512dq") &&
+                           __builtin_cpu_supports("avx512vnni") &&
+                           __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("fma");
+  return have;
+}
+
+bool LinearIntTakes(DType wtype) {
+  return wtype == DType::kQ8_0 || wtype == DType::kQ4_0 || wtype == DType::kQ4_1;
+}
+
+void LinearInt(const float* x, const void* w, DType wtype, int T, int K, int N, float* out,
+               int threads) {
+  if (T == 0 || N == 0) return;
+  const uint8_t* wb = static_cast<const uint8_t*>(w);
+  switch (wtype) {
+    case DType::kQ8_0: Run<Q8_0G>(x, wb, wtype, T, K, N, out, threads); break;
+    case DType::kQ4_0: Run<Q4_0G>(x, wb, wtype, T, K, N, out, threads); break;
+    case DType::kQ4_1: Run<Q4_1G>(x, wb, wtype, T, K, N, out, threads); break;
+    default: break;
+  }
+}
+
+}  // namespace treespec::cpu

@@ -1,0 +1,31 @@
+// The integer path of LinearTyped for ggml-quantised weights (Q8_0, Q4_0,
+// Q4_1) on CPUs with AVX-512 VNNI: activations quantised per 32-element block
+// to int16, integer dot products with vpdpbusd, one f32 scale per block
+// (linear_int.cc says why and how). Stateless; safe to call from any thread.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor/dtype.h"
+
+namespace treespec::cpu {
+
+// Whether this CPU runs LinearInt (AVX-512 F/BW/VL/DQ, VNNI and VBMI, F16C, FMA).
+bool LinearIntHasSimd();
+
+// Whether LinearInt takes weights of `wtype` (Q8_0, Q4_0, Q4_1).
+bool LinearIntTakes(DType wtype);
+
+// in: x [T, K] f32, w [N, K] as `wtype` (LinearIntTakes; K a multiple of 32);
+// out: out [T, N] = q(x) · wᵀ, where q(x) is x rounded by QuantiseBlockI16.
+// Batch-invariant and thread-count-invariant; needs LinearIntHasSimd().
+void LinearInt(const float* x, const void* w, DType wtype, int T, int K, int N, float* out,
+               int threads);
+
+// The activation rounding of LinearInt for one 32-element block:
+// in: x [32]; out: q [32] in [-32767, 32767] and *d = max|x| / 32767, so that
+// x[k] ≈ *d · q[k] (error ≤ *d / 2). Exposed for the tests' reference; needs
+// LinearIntHasSimd().
+void QuantiseBlockI16(const float* x, int16_t* q, float* d);
+
+}  // namespace treespec::cpu
