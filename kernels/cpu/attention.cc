@@ -130,7 +130,7 @@ TS_ATTN512 void ChunkAvx512(const float* qt, const float* k_cache, const float* 
       const float* kr = k_cache + slots[k] * stride + g;
       __m512 acc = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kr));
       for (int i = 1; i < nv; ++i) acc = _mm512_fmadd_ps(qv[i], _mm512_loadu_ps(kr + 16 * i), acc);
-      scores[k] = Sum16(acc) * scale;
+      scores[k] = Reduce16(acc) * scale;
     }
     for (int64_t k = 0; k < n16; k += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(scores + k));
     if (n16 < n) mx = _mm512_mask_max_ps(mx, tail, mx, _mm512_maskz_loadu_ps(tail, scores + n16));
@@ -159,7 +159,7 @@ TS_ATTN512 void ChunkAvx512(const float* qt, const float* k_cache, const float* 
       __m512* a = acc[k & 1];
       for (int i = 0; i < nv; ++i) a[i] = _mm512_fmadd_ps(w, _mm512_loadu_ps(vr + 16 * i), a[i]);
     }
-    const __m512 inv = _mm512_set1_ps(1.0f / Sum16(sum));
+    const __m512 inv = _mm512_set1_ps(1.0f / Reduce16(sum));
     float* oh = ot + static_cast<int64_t>(h) * Dh;
     for (int i = 0; i < nv; ++i) {
       _mm512_storeu_ps(oh + 16 * i, _mm512_mul_ps(_mm512_add_ps(acc[0][i], acc[1][i]), inv));

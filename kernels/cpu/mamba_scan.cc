@@ -13,13 +13,14 @@
 
 #include "kernels/cpu/mamba_ops.h"
 #include "kernels/cpu/simd_exp.h"
+#include "kernels/cpu/simd_reduce.h"
 
 namespace treespec::cpu {
 namespace {
 
 inline float Silu(float z) { return z / (1.0f + std::exp(-z)); }
 
-__attribute__((target("avx512f,avx512dq,fma"))) void ScanAvx512(
+__attribute__((target("avx512f,avx512dq,avx2,fma"))) void ScanAvx512(
     const float* u, const float* delta, const float* dt_bias, const float* A, const float* Bm,
     const float* Cm, const float* D, const float* z, int L, int C, int N, float* state,
     float* y) {
@@ -40,7 +41,7 @@ __attribute__((target("avx512f,avx512dq,fma"))) void ScanAvx512(
         _mm512_storeu_ps(h + n, hn);
         acc = _mm512_fmadd_ps(hn, _mm512_loadu_ps(cl + n), acc);
       }
-      y[lc] = (Sum16(acc) + D[c] * u[lc]) * Silu(z[lc]);
+      y[lc] = (Reduce16(acc) + D[c] * u[lc]) * Silu(z[lc]);
     }
   }
 }

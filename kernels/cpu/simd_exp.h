@@ -42,15 +42,6 @@ __attribute__((target("avx512f"))) inline __m512 Silu(__m512 x) {
   return _mm512_mul_ps(x, _mm512_div_ps(num, _mm512_add_ps(one, e)));
 }
 
-// The 16 lanes summed in one fixed order (halves, then quarters, ...).
-__attribute__((target("avx512f,avx512dq"))) inline float Sum16(__m512 v) {
-  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 0x55));
-  return _mm_cvtss_f32(s);
-}
-
 inline bool HaveAvx512F() {
   static const bool have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
   return have;
