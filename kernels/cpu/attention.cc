@@ -20,8 +20,10 @@
 // (tools/bench/attention_bench compares the two paths).
 //
 // On CPUs with AVX-512 and a head size that is a multiple of 16 (the demo
-// target's 32, SmolLM2's 64, a 7B's 128) a chunk runs one head at a time
-// through three vector passes over its keys: scores (the query held in
+// target's 32, SmolLM2's 64, a 7B's 128) a chunk runs the q heads of one kv
+// head together (2 or 4 of them where the registers allow; each key and
+// value row read once for them) through three vector passes over its keys:
+// scores (the queries held in
 // registers, a fixed 16-lane reduction per key), the softmax with a
 // polynomial exp sixteen keys at a time (simd_exp.h; the AVX2 path's scalar
 // std::exp was a third of a decode step's attention), and the value sum
@@ -112,58 +114,130 @@ bool HaveAvx2() {
 
 constexpr int kMaxDh16 = 8;  // head sizes up to 128 keep a row in registers
 
-// Heads [h0, h1) of one token over its n visible key slots; Dh % 16 == 0,
-// Dh <= 16 · kMaxDh16. scores: scratch of n floats.
-TS_ATTN512 void ChunkAvx512(const float* qt, const float* k_cache, const float* v_cache,
-                            const int64_t* slots, int64_t n, int h0, int h1, int group, int Dh,
-                            int64_t stride, float scale, float* scores, float* ot) {
-  const int nv = Dh / 16;
+// The C q heads from ha of one token, which share the kv head at offset g of
+// a cache row, over its n visible key slots, with NV = Dh / 16: each key and
+// value row is read once for all of them, and the per-head arithmetic is the
+// same whatever C is (compile-time sizes keep the queries and accumulators
+// in registers). scores: scratch of C · n floats.
+template <int NV, int C>
+TS_ATTN512 void HeadsAvx512(const float* qt, const float* k_cache, const float* v_cache,
+                            const int64_t* slots, int64_t n, int ha, int64_t g, int64_t stride,
+                            float scale, float* scores, float* ot) {
+  constexpr int Dh = 16 * NV;
   const int64_t n16 = n & ~int64_t{15};
   const __mmask16 tail = static_cast<__mmask16>((1u << (n - n16)) - 1);
-  for (int h = h0; h < h1; ++h) {
-    const int64_t g = static_cast<int64_t>(h / group) * Dh;
-    __m512 qv[kMaxDh16];
-    for (int i = 0; i < nv; ++i) qv[i] = _mm512_loadu_ps(qt + static_cast<int64_t>(h) * Dh + 16 * i);
-    // Scores and their maximum.
-    __m512 mx = _mm512_set1_ps(-INFINITY);
-    for (int64_t k = 0; k < n; ++k) {
-      const float* kr = k_cache + slots[k] * stride + g;
-      __m512 acc = _mm512_mul_ps(qv[0], _mm512_loadu_ps(kr));
-      for (int i = 1; i < nv; ++i) acc = _mm512_fmadd_ps(qv[i], _mm512_loadu_ps(kr + 16 * i), acc);
-      scores[k] = Reduce16(acc) * scale;
+  __m512 qv[C][NV];
+  for (int j = 0; j < C; ++j) {
+    for (int i = 0; i < NV; ++i) {
+      qv[j][i] = _mm512_loadu_ps(qt + static_cast<int64_t>(ha + j) * Dh + 16 * i);
     }
-    for (int64_t k = 0; k < n16; k += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(scores + k));
-    if (n16 < n) mx = _mm512_mask_max_ps(mx, tail, mx, _mm512_maskz_loadu_ps(tail, scores + n16));
+  }
+  // Scores.
+  for (int64_t k = 0; k < n; ++k) {
+    const float* kr = k_cache + slots[k] * stride + g;
+    __m512 kv[NV];
+    for (int i = 0; i < NV; ++i) kv[i] = _mm512_loadu_ps(kr + 16 * i);
+    for (int j = 0; j < C; ++j) {
+      __m512 acc = _mm512_mul_ps(qv[j][0], kv[0]);
+      for (int i = 1; i < NV; ++i) acc = _mm512_fmadd_ps(qv[j][i], kv[i], acc);
+      scores[j * n + k] = Reduce16(acc) * scale;
+    }
+  }
+  // Per head: unnormalised weights exp(s - max) in place, and their sum.
+  float inv[C];
+  for (int j = 0; j < C; ++j) {
+    float* sj = scores + j * n;
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (int64_t k = 0; k < n16; k += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(sj + k));
+    if (n16 < n) mx = _mm512_mask_max_ps(mx, tail, mx, _mm512_maskz_loadu_ps(tail, sj + n16));
     const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
-    // Unnormalised weights exp(s - max) in place, and their sum.
     __m512 sum = _mm512_setzero_ps();
     for (int64_t k = 0; k < n16; k += 16) {
-      const __m512 e = ExpNonPositive(_mm512_sub_ps(_mm512_loadu_ps(scores + k), m));
-      _mm512_storeu_ps(scores + k, e);
+      const __m512 e = ExpNonPositive(_mm512_sub_ps(_mm512_loadu_ps(sj + k), m));
+      _mm512_storeu_ps(sj + k, e);
       sum = _mm512_add_ps(sum, e);
     }
     if (n16 < n) {
       const __m512 e = _mm512_maskz_mov_ps(
-          tail, ExpNonPositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, scores + n16), m)));
-      _mm512_mask_storeu_ps(scores + n16, tail, e);
+          tail, ExpNonPositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, sj + n16), m)));
+      _mm512_mask_storeu_ps(sj + n16, tail, e);
       sum = _mm512_add_ps(sum, e);
     }
-    // Values weighted in key order, kept in registers: even keys into one
-    // set of accumulators, odd keys into another (two FMA chains instead of
-    // one), added at the end.
-    __m512 acc[2][kMaxDh16];
-    for (int i = 0; i < nv; ++i) acc[0][i] = acc[1][i] = _mm512_setzero_ps();
-    for (int64_t k = 0; k < n; ++k) {
-      const float* vr = v_cache + slots[k] * stride + g;
-      const __m512 w = _mm512_set1_ps(scores[k]);
-      __m512* a = acc[k & 1];
-      for (int i = 0; i < nv; ++i) a[i] = _mm512_fmadd_ps(w, _mm512_loadu_ps(vr + 16 * i), a[i]);
+    inv[j] = 1.0f / Reduce16(sum);
+  }
+  // Values weighted in key order, kept in registers: even keys into one set
+  // of accumulators, odd keys into another (two FMA chains instead of one),
+  // added at the end.
+  __m512 acc[2][C][NV];
+  for (int j = 0; j < C; ++j) {
+    for (int i = 0; i < NV; ++i) acc[0][j][i] = acc[1][j][i] = _mm512_setzero_ps();
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    const float* vr = v_cache + slots[k] * stride + g;
+    __m512 vv[NV];
+    for (int i = 0; i < NV; ++i) vv[i] = _mm512_loadu_ps(vr + 16 * i);
+    auto& a = acc[k & 1];
+    for (int j = 0; j < C; ++j) {
+      const __m512 w = _mm512_set1_ps(scores[j * n + k]);
+      for (int i = 0; i < NV; ++i) a[j][i] = _mm512_fmadd_ps(w, vv[i], a[j][i]);
     }
-    const __m512 inv = _mm512_set1_ps(1.0f / Reduce16(sum));
-    float* oh = ot + static_cast<int64_t>(h) * Dh;
-    for (int i = 0; i < nv; ++i) {
-      _mm512_storeu_ps(oh + 16 * i, _mm512_mul_ps(_mm512_add_ps(acc[0][i], acc[1][i]), inv));
+  }
+  for (int j = 0; j < C; ++j) {
+    float* oh = ot + static_cast<int64_t>(ha + j) * Dh;
+    const __m512 s = _mm512_set1_ps(inv[j]);
+    for (int i = 0; i < NV; ++i) {
+      _mm512_storeu_ps(oh + 16 * i, _mm512_mul_ps(_mm512_add_ps(acc[0][j][i], acc[1][j][i]), s));
     }
+  }
+}
+
+// C heads from ha (C <= 8 / NV, else one at a time).
+template <int NV>
+TS_ATTN512 void HeadsOf(int c, const float* qt, const float* k_cache, const float* v_cache,
+                        const int64_t* slots, int64_t n, int ha, int64_t g, int64_t stride,
+                        float scale, float* scores, float* ot) {
+  if (NV <= 2 && c == 4) {
+    HeadsAvx512<NV, (NV <= 2 ? 4 : 1)>(qt, k_cache, v_cache, slots, n, ha, g, stride, scale,
+                                       scores, ot);
+  } else if (NV <= 4 && c == 2) {
+    HeadsAvx512<NV, (NV <= 4 ? 2 : 1)>(qt, k_cache, v_cache, slots, n, ha, g, stride, scale,
+                                       scores, ot);
+  } else {
+    for (int j = 0; j < c; ++j) {
+      HeadsAvx512<NV, 1>(qt, k_cache, v_cache, slots, n, ha + j, g, stride, scale,
+                         scores + j * n, ot);
+    }
+  }
+}
+
+// Heads [h0, h1) of one token over its n visible key slots, the q heads of
+// one kv head together where the sizes allow; Dh % 16 == 0,
+// Dh <= 16 · kMaxDh16. scores: scratch of (h1 - h0) · n floats.
+TS_ATTN512 void ChunkAvx512(const float* qt, const float* k_cache, const float* v_cache,
+                            const int64_t* slots, int64_t n, int h0, int h1, int group, int Dh,
+                            int64_t stride, float scale, float* scores, float* ot) {
+  for (int h = h0; h < h1;) {
+    const int kv = h / group;
+    const int he = std::min(h1, (kv + 1) * group);
+    const int64_t g = static_cast<int64_t>(kv) * Dh;
+    float* sc = scores + static_cast<int64_t>(h - h0) * n;
+    switch (Dh / 16) {
+      case 1: HeadsOf<1>(he - h, qt, k_cache, v_cache, slots, n, h, g, stride, scale, sc, ot); break;
+      case 2: HeadsOf<2>(he - h, qt, k_cache, v_cache, slots, n, h, g, stride, scale, sc, ot); break;
+      case 4: HeadsOf<4>(he - h, qt, k_cache, v_cache, slots, n, h, g, stride, scale, sc, ot); break;
+      case 8: HeadsOf<8>(he - h, qt, k_cache, v_cache, slots, n, h, g, stride, scale, sc, ot); break;
+      default:
+        for (int j = h; j < he; ++j) {
+          // Head sizes 48, 80, 96, 112: no specialisation; one head at a time.
+          switch (Dh / 16) {
+            case 3: HeadsAvx512<3, 1>(qt, k_cache, v_cache, slots, n, j, g, stride, scale, sc + (j - h) * n, ot); break;
+            case 5: HeadsAvx512<5, 1>(qt, k_cache, v_cache, slots, n, j, g, stride, scale, sc + (j - h) * n, ot); break;
+            case 6: HeadsAvx512<6, 1>(qt, k_cache, v_cache, slots, n, j, g, stride, scale, sc + (j - h) * n, ot); break;
+            default: HeadsAvx512<7, 1>(qt, k_cache, v_cache, slots, n, j, g, stride, scale, sc + (j - h) * n, ot); break;
+          }
+        }
+    }
+    h = he;
   }
 }
 

@@ -508,6 +508,9 @@ TEST_P(BackendOpsTest, AttentionDecodeTreePrefillGqa) {
       {"mixed batch", 8, 2, 8, {{3, 11, tree11}, {0, 9, {}}, {21, 1, {}}, {64, 100, RandomTree(100, 3)}}},
       {"long context split", 4, 1, 128, {{700, 1, {}}, {300, 4, RandomTree(4, 5)}}},
       {"mha decode", 4, 4, 32, {{200, 1, {}}}},
+      // Pairs of q heads per kv head (the demo target's heads): the CPU's
+      // AVX-512 path reads each key row once for both.
+      {"gqa pairs", 8, 4, 32, {{40, 1, {}}, {17, 11, tree11}, {0, 33, {}}}},
       {"tree grown over two calls", 8, 2, 64,
        {{9, 7, {-1, 0, 0, 1, 1, 2, 3, 6, 6, 2, 9}, 4}, {30, 70, RandomTree(90, 7), 20}}},
   };
