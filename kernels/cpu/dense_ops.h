@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "core/tensor/dtype.h"
 
@@ -50,5 +51,12 @@ void HeadRmsNorm(float* x, const float* w, int T, int W, int Dh, int h0, int n, 
 void Add(const float* a, const float* b, int64_t n, float* out);
 // in: gu [T, 2F]; out: out [T, F] = silu(gu[:, :F]) * gu[:, F:].
 void SiluMul(const float* gu, int T, int F, float* out);
+
+// A kernel's per-thread activation scratch after a call: a decode-sized
+// buffer is kept for the next call, a long prompt's (over 4 MiB) is given back.
+template <class T>
+void TrimScratch(std::vector<T>* v) {
+  if (v->size() * sizeof(T) > (size_t{4} << 20)) std::vector<T>().swap(*v);
+}
 
 }  // namespace treespec::cpu

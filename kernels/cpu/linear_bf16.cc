@@ -168,8 +168,7 @@ void LinearBf16(const float* x, const void* w, int T, int K, int N, float* out, 
   ColumnChunks(T, K, N, threads, [&](int n0, int n1) {
     Columns(xc, C, wb, T, K, N, n0, n1, out);
   });
-  // Keep a decode-sized buffer between calls, not a long prompt's.
-  if (chunks.size() * sizeof(XChunk) > (4 << 20)) std::vector<XChunk>().swap(chunks);
+  TrimScratch(&chunks);
 }
 
 }  // namespace treespec::cpu

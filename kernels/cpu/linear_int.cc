@@ -59,7 +59,6 @@ namespace {
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,f16c,fma")))
 
 constexpr int kGroupBlocks = 4;  // 32-element blocks per group (one zmm of bytes)
-constexpr size_t kKeepBytes = 4 << 20;  // activation buffer kept between calls
 
 // One row's activations for one group of 4 blocks, in the lane layout above.
 struct alignas(64) XGroup {
@@ -327,8 +326,7 @@ void Run(const float* x, const uint8_t* w, DType wtype, int T, int K, int N, flo
   ColumnChunks(T, K, N, threads, [&](int n0, int n1) {
     Columns<W>(xg, G, w, row_bytes, T, K, N, n0, n1, out);
   });
-  // Keep a decode-sized buffer between calls, not a long prompt's.
-  if (groups.size() * sizeof(XGroup) > kKeepBytes) std::vector<XGroup>().swap(groups);
+  TrimScratch(&groups);
 }
 
 }  // namespace
