@@ -35,13 +35,19 @@ void MakeEagleHead(FakeDrafter* d) {
   d->target_hidden_size = 256;
 }
 
-TEST(CoordinatorDrafterFitTest, FeatureHeadOfALlamaTargetOnAHybridWorkerIsRefused) {
+// An EAGLE head built for a llama of width 256, started beside a worker that
+// serves a `kind` model of width `hidden`.
+absl::Status StartHeadOn(const std::string& kind, int64_t hidden) {
   FakeWorker worker;
-  worker.model_kind = "hybrid";
-  worker.hidden_size = 256;
+  worker.model_kind = kind;
+  worker.hidden_size = hidden;
   FakeDrafter head;
   MakeEagleHead(&head);
-  const absl::Status st = StartWith(&worker, &head);
+  return StartWith(&worker, &head);
+}
+
+TEST(CoordinatorDrafterFitTest, FeatureHeadOfALlamaTargetOnAHybridWorkerIsRefused) {
+  const absl::Status st = StartHeadOn("hybrid", 256);
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
   EXPECT_THAT(st.message(), HasSubstr("drafter head at fake-drafter"));
   EXPECT_THAT(st.message(), HasSubstr("was built for a llama target"));
@@ -49,26 +55,14 @@ TEST(CoordinatorDrafterFitTest, FeatureHeadOfALlamaTargetOnAHybridWorkerIsRefuse
 }
 
 TEST(CoordinatorDrafterFitTest, FeatureHeadOfAnotherWidthIsRefused) {
-  FakeWorker worker;
-  worker.model_kind = "llama";
-  worker.hidden_size = 192;
-  FakeDrafter head;
-  MakeEagleHead(&head);
-  const absl::Status st = StartWith(&worker, &head);
+  const absl::Status st = StartHeadOn("llama", 192);
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
   EXPECT_THAT(st.message(), HasSubstr("of width 256"));
   EXPECT_THAT(st.message(), HasSubstr("has hidden size 192"));
 }
 
 TEST(CoordinatorDrafterFitTest, MatchingHeadTokenDraftersAndSilentPeersAreAccepted) {
-  {
-    FakeWorker worker;
-    worker.model_kind = "llama";
-    worker.hidden_size = 256;
-    FakeDrafter head;
-    MakeEagleHead(&head);
-    EXPECT_TRUE(StartWith(&worker, &head).ok());
-  }
+  EXPECT_TRUE(StartHeadOn("llama", 256).ok());
   {
     FakeWorker worker;  // a token drafter serves any target
     worker.model_kind = "mamba2";
