@@ -103,28 +103,11 @@ absl::StatusOr<ShapePlan> SpecPlanner::Plan(absl::Span<const PlanSequence> batch
   const double kp = time_factor(false, b), km = time_factor(true, b);
   ++planned_;
   const bool check_step = options_.check_every > 0 && planned_ >= next_check_;
-  if (prefers_plain_ && !check_step && b == plain_batch_ && planned_ < replan_at_) {
-    // Plain was chosen for this batch size a few steps ago and nothing but
-    // the plain time factor has been learned since: decode plainly again
-    // without searching the shapes (see SpecPlannerOptions::replan_every).
-    ShapePlan p;
-    p.plain_seconds = p.step_seconds = kp * raw_plain;
-    p.shapes.resize(batch.size());
-    p.expected_tokens.assign(batch.size(), 1.0);
-    for (size_t i = 0; i < batch.size(); ++i) p.shapes[i] = batch[i].fixed_shape;
-    MakePlain(batch, &p);
-    last_batch_ = b;
-    last_raw_plain_ = raw_plain;
-    last_raw_marginal_ = 0.0;
-    return p;
-  }
   absl::StatusOr<ShapePlan> plan = CalibratedPlan(batch, a, o, kp, km);
   if (!plan.ok()) return plan;
   double km_used = km;
   bool speculate = Pays(*plan);
   prefers_plain_ = !speculate;
-  plain_batch_ = speculate ? 0 : b;
-  replan_at_ = planned_ + options_.replan_every;
   if (speculate && check_interval_ != options_.check_every) {
     check_interval_ = options_.check_every;
     next_check_ = std::min(next_check_, planned_ + check_interval_);
@@ -244,7 +227,6 @@ void SpecPlanner::ObserveStepRate(int64_t batch, int64_t committed, double wall_
     return;
   }
   k = std::clamp(k, kMinFactor, kMaxFactor);
-  if (speculated) replan_at_ = 0;  // the added-time factor moved: plan afresh
   double& f = time_factor_[speculated ? 1 : 0][Bucket(batch)];
   f = f == 0.0 ? k : options_.calibration_decay * f + (1 - options_.calibration_decay) * k;
 }
@@ -269,7 +251,6 @@ void SpecPlanner::ObserveTrees(absl::Span<const TokenTree> trees,
                                absl::Span<const std::vector<int32_t>> paths, bool greedy) {
   if (trees.empty()) return;
   (void)(greedy ? greedy_ : sampling_).ObserveBatch(trees, paths);
-  replan_at_ = 0;  // the acceptance estimates moved: plan afresh
 }
 
 void SpecPlanner::ObserveVerify(const VerifyStepFeatures& f, double forward_seconds,

@@ -135,12 +135,6 @@ struct SpecPlannerOptions {
   // concurrency 64, where no tree pays, four full checks in a 256-step run
   // cost 2-4% of plain decoding's rate.
   int check_max_sequences = 8;
-  // While plain is preferred, the shapes are searched again only every this
-  // many planned steps (and at once after a check's trees or a new batch
-  // size); the steps between decode plainly without the search. The search
-  // took 28 us of a 0.8 ms plain step at concurrency 1 on the CPU demo pair
-  // with a useless drafter (3.5% of the step; the issue allows 2%).
-  int replan_every = 8;
   double calibration_decay = 0.7;  // EMA weight of the old time factor
 };
 
@@ -216,8 +210,6 @@ class SpecPlanner {
   int64_t check_interval_ = 0;            // planned steps between check steps
   int64_t next_check_ = 0;                // the next check step's planned_
   int64_t checks_ = 0;                    // partial check steps planned
-  int64_t plain_batch_ = 0;               // batch size of the last plain full plan
-  int64_t replan_at_ = 0;                 // planned_ of the next full plan while plain
   static constexpr int kBuckets = 12;     // batch 1, 2-3, 4-7, ..., >= 2048
   double time_factor_[2][kBuckets] = {};  // [km?][bucket]; 0: not measured
   double draft_share_[kBuckets] = {};     // [bucket]; < 0: not measured
