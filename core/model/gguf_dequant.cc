@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/tensor/dtype.h"
+#include "core/tensor/kquant.h"
 
 namespace treespec {
 namespace {
@@ -12,20 +13,6 @@ float F16At(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
   return HalfToFloat(h);
-}
-
-// The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K block: the
-// first four pairs are the low 6 bits of bytes 0..7; the last four take their
-// low 4 bits from bytes 8..11 and their top 2 bits from the spare top bits of
-// bytes 0..7.
-void ScaleMinK4(int j, const uint8_t* q, uint8_t* sc, uint8_t* mn) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *mn = q[j + 4] & 63;
-  } else {
-    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    *mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
 }
 
 }  // namespace

@@ -206,6 +206,7 @@ bool PlainDType(GgmlType type, DType* out) {
     case GgmlType::kQ8_0: *out = DType::kQ8_0; return true;
     case GgmlType::kQ4_0: *out = DType::kQ4_0; return true;
     case GgmlType::kQ4_1: *out = DType::kQ4_1; return true;
+    case GgmlType::kQ4_K: *out = DType::kQ4_K; return true;
     default: return false;
   }
 }

@@ -14,22 +14,27 @@ size_t DTypeSize(DType dtype) {
     case DType::kU8: return 1;
     case DType::kQ8_0:
     case DType::kQ4_0:
-    case DType::kQ4_1: return 0;
+    case DType::kQ4_1:
+    case DType::kQ4_K: return 0;
   }
   return 0;
 }
 
 bool IsQuantized(DType dtype) {
-  return dtype == DType::kQ8_0 || dtype == DType::kQ4_0 || dtype == DType::kQ4_1;
+  return dtype == DType::kQ8_0 || dtype == DType::kQ4_0 || dtype == DType::kQ4_1 ||
+         dtype == DType::kQ4_K;
 }
 
-int64_t DTypeBlockSize(DType dtype) { return IsQuantized(dtype) ? 32 : 1; }
+int64_t DTypeBlockSize(DType dtype) {
+  return dtype == DType::kQ4_K ? 256 : IsQuantized(dtype) ? 32 : 1;
+}
 
 size_t DTypeBytes(DType dtype, int64_t n) {
   switch (dtype) {
     case DType::kQ8_0: return static_cast<size_t>(n / 32) * 34;
     case DType::kQ4_0: return static_cast<size_t>(n / 32) * 18;
     case DType::kQ4_1: return static_cast<size_t>(n / 32) * 20;
+    case DType::kQ4_K: return static_cast<size_t>(n / 256) * 144;
     default: return static_cast<size_t>(n) * DTypeSize(dtype);
   }
 }
@@ -45,6 +50,7 @@ const char* DTypeName(DType dtype) {
     case DType::kQ8_0: return "q8_0";
     case DType::kQ4_0: return "q4_0";
     case DType::kQ4_1: return "q4_1";
+    case DType::kQ4_K: return "q4_k";
   }
   return "?";
 }

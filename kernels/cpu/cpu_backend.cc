@@ -39,7 +39,7 @@ absl::Status CheckWeight(const Tensor& t, const char* what) {
   if (t.device() != DeviceKind::kCpu || !IsCpuWeight(t.dtype()) || t.rank() != 2 ||
       t.dim(1) % DTypeBlockSize(t.dtype()) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "cpu backend: ", what, " must be a [N, K] f32, f16, bf16, q8_0, q4_0 or q4_1 matrix "
+        "cpu backend: ", what, " must be a [N, K] f32, f16, bf16, q8_0, q4_0, q4_1 or q4_k matrix "
         "on cpu, got ", t.DebugString()));
   }
   return absl::OkStatus();
@@ -52,9 +52,10 @@ void ChunkToF32(const void* src, DType dtype, size_t i, size_t m, float* out) {
     ConvertToF32(base, dtype, m, out);
     return;
   }
-  const size_t bb = DTypeBytes(dtype, 32);
-  for (size_t k = 0; k < m; k += 32) {
-    cpu::DecodeBlock(dtype, reinterpret_cast<const uint8_t*>(base) + (k / 32) * bb, out + k);
+  const size_t bs = static_cast<size_t>(DTypeBlockSize(dtype));
+  const size_t bb = DTypeBytes(dtype, static_cast<int64_t>(bs));
+  for (size_t k = 0; k < m; k += bs) {
+    cpu::DecodeBlock(dtype, reinterpret_cast<const uint8_t*>(base) + (k / bs) * bb, out + k);
   }
 }
 

@@ -1,4 +1,5 @@
-// LinearTyped's integer path for Q8_0 / Q4_0 / Q4_1 weights (AVX-512 VNNI).
+// LinearTyped's integer path for Q8_0 / Q4_0 / Q4_1 / Q4_K weights (AVX-512
+// VNNI).
 //
 // Why: dequantising every weight to f32 in registers (linear_typed.cc) costs
 // ~19 vector ops per 32 Q4_1 weights, which made batch-1 decode ALU-bound
@@ -23,7 +24,7 @@
 // Q4 codes (0..15) serve as either operand. Q8_0 codes are signed, so the
 // h-product uses w + 128 (= w ^ 0x80 as an unsigned byte) and the activation
 // side adds −128·256·Σh. Q4_0's −8 offset is −8·Σq, Q4_1's min m adds
-// m·d·Σq in f32. These corrections depend only on the activations and are
+// m·d·Σq in f32 (as does Q4_K's per-sub-block min, Q4_KG). These corrections depend only on the activations and are
 // precomputed per block with them (XGroup). A group of 4 blocks fills a zmm:
 // 128-bit lane b holds block b's elements 0..15 ("lo") or 16..31 ("hi"), so
 // dword lanes 4b..4b+3 of the integer sums belong to block b and one f32 FMA
@@ -136,7 +137,7 @@ struct Q8_0G {
   static constexpr bool kHasMin = false;
   static constexpr Tables kTables = MakeTables(34, 2, -1, false, 0, 64, 8, 72);
   template <bool kTail>
-  TS_VNNI static inline void Decode(const uint8_t* g, int left, WGroup* o) {
+  TS_VNNI static inline void Decode(const uint8_t* g, int left, int, WGroup* o) {
     const __m512i a = Window<kTail>(g, left), b = Window<kTail>(g + 64, left - 64);
     const __m512i ha = Window<kTail>(g + 8, left - 8), hb = Window<kTail>(g + 72, left - 72);
     o->lo = _mm512_permutex2var_epi8(a, _mm512_load_si512(kTables.lo), b);
@@ -171,7 +172,7 @@ struct Q4_0G {
   static constexpr int kWinB = 8;
   static constexpr Tables kTables = MakeTables(18, 2, -1, true, 0, 8, 0, 0);
   template <bool kTail>
-  TS_VNNI static inline void Decode(const uint8_t* g, int left, WGroup* o) {
+  TS_VNNI static inline void Decode(const uint8_t* g, int left, int, WGroup* o) {
     DecodeNibbles<Q4_0G, kTail>(g, left, o);
   }
 };
@@ -183,8 +184,61 @@ struct Q4_1G {
   static constexpr int kWinB = 16;
   static constexpr Tables kTables = MakeTables(20, 4, 2, true, 0, 16, 0, 0);
   template <bool kTail>
-  TS_VNNI static inline void Decode(const uint8_t* g, int left, WGroup* o) {
+  TS_VNNI static inline void Decode(const uint8_t* g, int left, int, WGroup* o) {
     DecodeNibbles<Q4_1G, kTail>(g, left, o);
+  }
+};
+
+TS_VNNI inline float HalfAt(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// Q4_K: [d f16][dmin f16][12 bytes: eight 6-bit scale / min pairs][128 code
+// bytes] per 256 elements; a group (4 sub-blocks of 32) is half a block, and
+// the Tile's group index says which half (rows are whole blocks, so K is a
+// multiple of 256 and there is no short group). Half h's code bytes
+// [64h, 64h + 64) hold sub-block 4h in the low and 4h + 1 in the high nibbles
+// of their first 32 bytes, 4h + 2 and 4h + 3 likewise in the last 32: the
+// nibbles are split and their 16-byte lanes interleaved (vpermt2q) into
+// WGroup's layout. Sub-block j's weights are d·sc_j·code − dmin·mn_j, Q4_1's
+// form with scale d·sc_j and min −dmin·mn_j, which are exact in f32 (an f16
+// times a 6-bit integer).
+struct Q4_KG {
+  static constexpr size_t kBlockBytes = 18;  // of a 32-element sub-block: 144 / 8
+  static constexpr bool kHasMin = true;
+  template <bool kTail>
+  TS_VNNI static inline void Decode(const uint8_t* g, int, int index, WGroup* o) {
+    const int h = index & 1;
+    const uint8_t* b = g - h * 72;
+    const __m512i q = Window<false>(b + 16 + 64 * h, 64);
+    const __m512i mask = _mm512_set1_epi8(0x0f);
+    const __m512i low = _mm512_and_si512(q, mask);
+    const __m512i high = _mm512_and_si512(_mm512_srli_epi16(q, 4), mask);
+    o->lo = o->ulo = _mm512_permutex2var_epi64(low, _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), high);
+    o->hi = o->uhi =
+        _mm512_permutex2var_epi64(low, _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15), high);
+    // The 6-bit pairs of sub-blocks 4h..4h+3 (ScaleMinK4, four at a time).
+    uint32_t u[3];
+    std::memcpy(u, b + 4, 12);
+    uint32_t sc, mn;
+    if (h == 0) {
+      sc = u[0] & 0x3f3f3f3fu;
+      mn = u[1] & 0x3f3f3f3fu;
+    } else {
+      sc = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u);
+      mn = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
+    }
+    const __m256 pairs = _mm256_cvtepi32_ps(
+        _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(mn), static_cast<int>(sc))));
+    const float d = HalfAt(b), dmin = HalfAt(b + 2);
+    const __m512 dm = _mm512_castps256_ps512(
+        _mm256_mul_ps(pairs, _mm256_setr_ps(d, d, d, d, -dmin, -dmin, -dmin, -dmin)));
+    o->d = _mm512_permutexvar_ps(
+        _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), dm);
+    o->m = _mm512_permutexvar_ps(
+        _mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7), dm);
   }
 };
 
@@ -225,7 +279,7 @@ TS_VNNI __attribute__((always_inline)) inline void Tile(const XGroup* x, int G, 
       for (size_t ahead = 0; ahead < kGroupBytes; ahead += 64) {
         _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes + ahead, _MM_HINT_T0);
       }
-      W::template Decode<false>(p, kGroupBytes, &wg[j]);
+      W::template Decode<false>(p, kGroupBytes, g, &wg[j]);
     }
 #pragma GCC unroll 8
     for (int i = 0; i < TR; ++i)
@@ -237,7 +291,9 @@ TS_VNNI __attribute__((always_inline)) inline void Tile(const XGroup* x, int G, 
     const int left = static_cast<int>(row_bytes - full * kGroupBytes);
     WGroup wg[NR];
 #pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) W::template Decode<true>(w + j * row_bytes + full * kGroupBytes, left, &wg[j]);
+    for (int j = 0; j < NR; ++j) {
+      W::template Decode<true>(w + j * row_bytes + full * kGroupBytes, left, full, &wg[j]);
+    }
 #pragma GCC unroll 8
     for (int i = 0; i < TR; ++i)
 #pragma GCC unroll 8
@@ -309,7 +365,9 @@ TS_VNNI void QuantiseRow(const float* x, int K, DType wtype, XGroup* groups) {
     }
     if (wtype == DType::kQ8_0) g.corr[4 * lane] = -128 * 256 * sum_h;
     if (wtype == DType::kQ4_0) g.corr[4 * lane] = -8 * sum_q;
-    if (wtype == DType::kQ4_1) g.dsum[4 * lane] = d * static_cast<float>(sum_q);
+    if (wtype == DType::kQ4_1 || wtype == DType::kQ4_K) {
+      g.dsum[4 * lane] = d * static_cast<float>(sum_q);
+    }
     for (int s = 0; s < 4; ++s) g.d[4 * lane + s] = d;
   }
 }
@@ -349,7 +407,8 @@ bool LinearIntHasSimd() {
 }
 
 bool LinearIntTakes(DType wtype) {
-  return wtype == DType::kQ8_0 || wtype == DType::kQ4_0 || wtype == DType::kQ4_1;
+  return wtype == DType::kQ8_0 || wtype == DType::kQ4_0 || wtype == DType::kQ4_1 ||
+         wtype == DType::kQ4_K;
 }
 
 void LinearInt(const float* x, const void* w, DType wtype, int T, int K, int N, float* out,
@@ -360,6 +419,7 @@ void LinearInt(const float* x, const void* w, DType wtype, int T, int K, int N, 
     case DType::kQ8_0: Run<Q8_0G>(x, wb, wtype, T, K, N, out, threads); break;
     case DType::kQ4_0: Run<Q4_0G>(x, wb, wtype, T, K, N, out, threads); break;
     case DType::kQ4_1: Run<Q4_1G>(x, wb, wtype, T, K, N, out, threads); break;
+    case DType::kQ4_K: Run<Q4_KG>(x, wb, wtype, T, K, N, out, threads); break;
     default: break;
   }
 }

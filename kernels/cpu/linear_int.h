@@ -1,5 +1,5 @@
 // The integer path of LinearTyped for ggml-quantised weights (Q8_0, Q4_0,
-// Q4_1) on CPUs with AVX-512 VNNI: activations quantised per 32-element block
+// Q4_1, Q4_K) on CPUs with AVX-512 VNNI: activations quantised per 32-element block
 // to int16, integer dot products with vpdpbusd, one f32 scale per block
 // (linear_int.cc says why and how). Stateless; safe to call from any thread.
 #pragma once
@@ -13,10 +13,10 @@ namespace treespec::cpu {
 // Whether this CPU runs LinearInt (AVX-512 F/BW/VL/DQ, VNNI and VBMI, F16C, FMA).
 bool LinearIntHasSimd();
 
-// Whether LinearInt takes weights of `wtype` (Q8_0, Q4_0, Q4_1).
+// Whether LinearInt takes weights of `wtype` (Q8_0, Q4_0, Q4_1, Q4_K).
 bool LinearIntTakes(DType wtype);
 
-// in: x [T, K] f32, w [N, K] as `wtype` (LinearIntTakes; K a multiple of 32);
+// in: x [T, K] f32, w [N, K] as `wtype` (LinearIntTakes; K whole blocks);
 // out: out [T, N] = q(x) · wᵀ, where q(x) is x rounded by QuantiseBlockI16.
 // Batch-invariant and thread-count-invariant; needs LinearIntHasSimd().
 void LinearInt(const float* x, const void* w, DType wtype, int T, int K, int N, float* out,

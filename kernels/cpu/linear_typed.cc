@@ -1,5 +1,5 @@
 // Batch-invariant out = x · wᵀ with f32 activations and weights kept in memory
-// as f32, f16, bf16 or ggml quantised blocks (Q8_0, Q4_0, Q4_1): 2× to 6×
+// as f32, f16, bf16 or ggml quantised blocks (Q8_0, Q4_0, Q4_1, Q4_K): 2× to 7×
 // fewer bytes per decode step than f32 weights. On CPUs without AVX-512, f32
 // goes to linear.cc's AVX2 kernel and the rest to a portable loop.
 //
@@ -131,6 +131,30 @@ struct Q4_1W {
     const __m128i hi = _mm_and_si128(_mm_srli_epi16(q, 4), _mm_set1_epi8(0x0f));
     w[0] = _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo))), m);
     w[1] = _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi))), m);
+  }
+};
+
+// Q4_K: a 32-element chunk is one sub-block of a 256-element block (144
+// bytes; quant_blocks.h's DecodeQ4KBlock): its scale and min from the
+// block's packed 6-bit pairs, its codes one nibble half of 32 code bytes.
+// kChunkBytes is the block's bytes per 32 elements (for the prefetch).
+struct Q4_KW {
+  static constexpr size_t kChunkBytes = 18;
+  template <bool kTail>
+  TS_AVX512 static inline void Decode(const uint8_t* row, int k, const __mmask16*, __m512* w) {
+    const uint8_t* b = row + (k / 256) * 144;
+    const int j = (k % 256) / 32;
+    uint8_t sc, mn;
+    ScaleMinK4(j, b + 4, &sc, &mn);
+    const __m512 d = _mm512_set1_ps(HalfAt(b) * static_cast<float>(sc));
+    const __m512 m = _mm512_set1_ps(-(HalfAt(b + 2) * static_cast<float>(mn)));
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16 + 32 * (j / 2)));
+    const __m256i codes = _mm256_and_si256(j % 2 == 0 ? q : _mm256_srli_epi16(q, 4),
+                                           _mm256_set1_epi8(0x0f));
+    const __m128i half[2] = {_mm256_castsi256_si128(codes), _mm256_extracti128_si256(codes, 1)};
+    for (int s = 0; s < 2; ++s) {
+      w[s] = _mm512_add_ps(_mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(half[s]))), m);
+    }
   }
 };
 
@@ -306,6 +330,7 @@ void LinearTypedF32Fma(const float* x, const void* w, DType wtype, int T, int K,
     case DType::kQ8_0: RunAvx512<Q8_0W>(x, wb, rb, T, K, N, out, threads); break;
     case DType::kQ4_0: RunAvx512<Q4_0W>(x, wb, rb, T, K, N, out, threads); break;
     case DType::kQ4_1: RunAvx512<Q4_1W>(x, wb, rb, T, K, N, out, threads); break;
+    case DType::kQ4_K: RunAvx512<Q4_KW>(x, wb, rb, T, K, N, out, threads); break;
     default: LinearTypedPortable(x, w, wtype, T, K, N, out, threads); break;
   }
 }

@@ -1,5 +1,6 @@
-// Scalar decoders of weight rows stored as f16, bf16 or ggml's 32-element
-// quantised blocks (Q8_0, Q4_0, Q4_1; layouts in core/model/gguf_dequant.h),
+// Scalar decoders of weight rows stored as f16, bf16 or ggml's quantised
+// blocks (Q8_0, Q4_0, Q4_1 of 32 elements, Q4_K of 256; layouts in
+// core/model/gguf_dequant.h),
 // shared by the CPU backend's embedding lookup, the portable linear path and
 // the tests. Each gives exactly the float ggml's dequantisation gives.
 #pragma once
@@ -8,6 +9,7 @@
 #include <cstring>
 
 #include "core/tensor/dtype.h"
+#include "core/tensor/kquant.h"
 
 namespace treespec::cpu {
 
@@ -17,9 +19,28 @@ inline float LoadHalf(const uint8_t* p) {
   return HalfToFloat(h);
 }
 
-// out[0..31] = the 32 weights of the block at `b`.
+// out[0..255] = the 256 weights of the Q4_K block at `b`: sub-block j (32
+// elements) is d·sc_j·nibble − dmin·mn_j, its nibbles the low (j even) or
+// high (j odd) halves of code bytes 32·(j / 2) .. + 31.
+inline void DecodeQ4KBlock(const uint8_t* b, float* out) {
+  const float d = LoadHalf(b), dmin = LoadHalf(b + 2);
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc, mn;
+    ScaleMinK4(j, b + 4, &sc, &mn);
+    const float scale = d * static_cast<float>(sc), min = dmin * static_cast<float>(mn);
+    const uint8_t* q = b + 16 + 32 * (j / 2);
+    for (int e = 0; e < 32; ++e) {
+      const int code = j % 2 == 0 ? q[e] & 0x0f : q[e] >> 4;
+      out[32 * j + e] = scale * static_cast<float>(code) - min;
+    }
+  }
+}
+
+// out[0 .. DTypeBlockSize(type)) = the weights of the block at `b`.
 inline void DecodeBlock(DType type, const uint8_t* b, float* out) {
-  if (type == DType::kQ8_0) {
+  if (type == DType::kQ4_K) {
+    DecodeQ4KBlock(b, out);
+  } else if (type == DType::kQ8_0) {
     const float d = LoadHalf(b);
     for (int j = 0; j < 32; ++j) out[j] = d * static_cast<float>(static_cast<int8_t>(b[2 + j]));
   } else if (type == DType::kQ4_0) {
@@ -46,8 +67,9 @@ inline void DecodeRow(DType type, const void* w, int64_t r, int K, float* out) {
   } else if (type == DType::kF16 || type == DType::kBF16) {
     ConvertToF32(row, type, K, out);
   } else {
-    const size_t bb = DTypeBytes(type, 32);
-    for (int k = 0; k < K; k += 32) DecodeBlock(type, row + (k / 32) * bb, out + k);
+    const int bs = static_cast<int>(DTypeBlockSize(type));
+    const size_t bb = DTypeBytes(type, bs);
+    for (int k = 0; k < K; k += bs) DecodeBlock(type, row + (k / bs) * bb, out + k);
   }
 }
 

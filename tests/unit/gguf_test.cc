@@ -2,7 +2,8 @@
 // directory and alignment; and every kind of malformed file, which must give a
 // clear Status (never a crash), including every truncation and random byte
 // corruption of a valid file. Also GGUF metadata → LlamaConfig, the tensor
-// name map and the Q/K un-permutation (core/model/gguf_model.h).
+// name map and the Q/K un-permutation (core/model/gguf_model.h), also of
+// quantised matrices the CPU backend keeps as stored.
 #include "core/util/gguf.h"
 
 #include <cstring>
@@ -11,8 +12,11 @@
 #include <string>
 #include <vector>
 
+#include "core/model/gguf_dequant.h"
 #include "core/model/gguf_model.h"
+#include "core/tensor/backend.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/quant_blocks.h"
 #include "tests/testing/gguf_builder.h"
 
 namespace treespec {
@@ -467,6 +471,72 @@ TEST(GgufCheckpointTest, TensorsUnderHfNamesWithQkUnpermuted) {
   auto cb = GgufCheckpoint(*fb, mc->llama);
   ASSERT_FALSE(cb.ok());
   EXPECT_NE(cb.status().message().find("'blk.0.attn_q.bias'"), std::string::npos) << cb.status();
+}
+
+// Q4_K (and Q4_1) matrices stay quantised for a CPU backend that keeps them
+// ("cpu:1:auto"): the checkpoint holds the file's blocks, the Q rows
+// un-permuted as whole rows, and decodes to exactly what the dequantising
+// load gives.
+TEST(GgufCheckpointTest, QuantisedMatricesKeptWithQkUnpermuted) {
+  const int64_t D = 8, K = 256;  // q: 2 heads of 4 rows, each row one Q4_K block
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int> byte(0, 255);
+  auto random_blocks = [&](int64_t bytes) {
+    std::string data(bytes, '\0');
+    for (char& c : data) c = static_cast<char>(byte(rng));
+    return data;
+  };
+  struct Case {
+    uint32_t ggml;
+    DType kept;
+  };
+  for (const Case& c : {Case{12, DType::kQ4_K}, Case{3, DType::kQ4_1}}) {
+    SCOPED_TRACE(DTypeName(c.kept));
+    std::string q = random_blocks(static_cast<int64_t>(DTypeBytes(c.kept, D * K)));
+    // Finite f16 scales (high bytes 0x1c: about 0.004) at the start of every block.
+    const size_t block = DTypeBytes(c.kept, DTypeBlockSize(c.kept));
+    for (size_t o = 0; o < q.size(); o += block) q[o + 1] = q[o + 3] = 0x1c;
+    GgufBuilder::Tensor qt;
+    qt.name = "blk.0.attn_q.weight";
+    qt.dims = {static_cast<uint64_t>(K), static_cast<uint64_t>(D)};
+    qt.type = c.ggml;
+    qt.data = q;
+    GgufBuilder b;
+    b.AddTensor(qt);
+    auto f = ParseImage(b.Build());
+    ASSERT_TRUE(f.ok()) << f.status();
+    LlamaConfig config;
+    config.num_heads = 2;
+    config.num_kv_heads = 1;
+    config.head_dim = 4;
+    auto be = CreateBackend("cpu:1:auto");
+    ASSERT_TRUE(be.ok()) << be.status();
+    auto kept = GgufCheckpoint(*f, config, DType::kF32, be->get());
+    ASSERT_TRUE(kept.ok()) << kept.status();
+    auto dequantised = GgufCheckpoint(*f, config, DType::kF32);
+    ASSERT_TRUE(dequantised.ok()) << dequantised.status();
+    auto ki = (*kept)->Find("model.layers.0.self_attn.q_proj.weight", {D, K});
+    ASSERT_TRUE(ki.ok()) << ki.status();
+    auto di = (*dequantised)->Find("model.layers.0.self_attn.q_proj.weight", {D, K});
+    ASSERT_TRUE(di.ok()) << di.status();
+    EXPECT_EQ((*ki)->dtype, c.kept);
+    EXPECT_EQ((*ki)->nbytes, q.size());
+    ASSERT_EQ((*di)->dtype, DType::kF32);
+    std::vector<float> row(K);
+    for (int64_t r = 0; r < D; ++r) {
+      cpu::DecodeRow(c.kept, (*ki)->data, r, K, row.data());
+      EXPECT_EQ(0, std::memcmp(row.data(), reinterpret_cast<const float*>((*di)->data) + r * K,
+                               K * sizeof(float)))
+          << "row " << r;
+    }
+    // Row 1 of head 0 was stored as row 2 (the converter's permutation).
+    std::vector<float> stored(D * K);
+    ASSERT_TRUE(DequantizeGgml(static_cast<GgmlType>(c.ggml),
+                               reinterpret_cast<const uint8_t*>(q.data()), D * K, stored.data())
+                    .ok());
+    cpu::DecodeRow(c.kept, (*ki)->data, 1, K, row.data());
+    EXPECT_EQ(0, std::memcmp(row.data(), stored.data() + 2 * K, K * sizeof(float)));
+  }
 }
 
 }  // namespace

@@ -1,12 +1,13 @@
 // LinearTyped (kernels/cpu/linear_typed.cc, linear_int.cc): f32, f16, bf16,
-// Q8_0, Q4_0 and Q4_1 weight matrices against the f64 product with the
+// Q8_0, Q4_0, Q4_1 and Q4_K weight matrices against the f64 product with the
 // dequantised matrix, and batch invariance — a row computed alone equals the
 // same row inside a batch, and 1 thread equals 2, bit for bit — on each path
 // this CPU has: the integer path (AVX-512 VNNI; its reference uses the
 // activations as it rounds them, and a looser bound the true activations),
 // the bf16 path (AVX-512 BF16), the f32-FMA AVX-512 path, and the portable
-// path. Also the CPU backend's
-// weight-type spec.
+// path. The scalar decoders the references use (quant_blocks.h) against the
+// GGUF dequantiser, which its own tests check against the gguf library's
+// blocks. Also the CPU backend's weight-type spec.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/model/gguf_dequant.h"
 #include "core/tensor/backend.h"
 #include "core/tensor/dtype.h"
 #include "gtest/gtest.h"
@@ -45,10 +47,18 @@ std::vector<uint8_t> RandomMatrix(DType type, int N, int K, std::mt19937* rng) {
     }
     return w;
   }
-  const size_t bb = DTypeBytes(type, 32);
+  const size_t bb = DTypeBytes(type, DTypeBlockSize(type));
   for (size_t b = 0; b < w.size() / bb; ++b) {
     uint8_t* blk = w.data() + b * bb;
     for (size_t j = 0; j < bb; ++j) blk[j] = static_cast<uint8_t>(byte(*rng));
+    if (type == DType::kQ4_K) {
+      // d and dmin; the 6-bit scales and mins (random bytes) multiply them by up to 63.
+      const uint16_t d = FloatToHalf(0.0002f + 0.0002f * std::fabs(u(*rng)));
+      const uint16_t dmin = FloatToHalf(0.001f * std::fabs(u(*rng)));
+      std::memcpy(blk, &d, 2);
+      std::memcpy(blk + 2, &dmin, 2);
+      continue;
+    }
     const uint16_t d = FloatToHalf(0.002f + 0.01f * std::fabs(u(*rng)));
     std::memcpy(blk, &d, 2);
     if (type == DType::kQ4_1) {
@@ -67,12 +77,13 @@ struct Case {
 // K = 100 gives the 16-bit paths a masked tail (K = 8: a row shorter than
 // the bf16 path's 32-element chunk); quantised rows are whole
 // blocks: 96 and 160 end in a short group of the integer path (3 and 1 of 4
-// blocks), 128 and 256 do not.
+// blocks), 128 and 256 do not; Q4_K rows are whole 256-element blocks.
 const Case kCases[] = {{DType::kF32, 100},  {DType::kF32, 256},  {DType::kF16, 100},
                        {DType::kBF16, 100}, {DType::kBF16, 256}, {DType::kBF16, 8},
                        {DType::kF16, 256},  {DType::kQ8_0, 96},
                        {DType::kQ4_0, 96},  {DType::kQ4_1, 160}, {DType::kQ8_0, 256},
-                       {DType::kQ4_0, 128}, {DType::kQ4_1, 64},  {DType::kQ8_0, 576}};
+                       {DType::kQ4_0, 128}, {DType::kQ4_1, 64},  {DType::kQ8_0, 576},
+                       {DType::kQ4_K, 256}, {DType::kQ4_K, 768}};
 
 // The activations as the integer path sees them (x̂ = d·q per block), and the
 // largest rounding error of each element: d/2, plus 0.01·d for the f32
@@ -163,7 +174,7 @@ TEST(LinearTypedTest, PortablePathMatchesDequantisedF32AndIsBatchInvariant) {
 
 TEST(LinearTypedTest, IntPathMatchesRoundedActivationsAndIsBatchInvariant) {
   if (!cpu::LinearIntHasSimd()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
-  const std::vector<DType> quantised = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1};
+  const std::vector<DType> quantised = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K};
   CheckKernel(&cpu::LinearInt, "int", /*int_path=*/true, quantised);
   // LinearTyped dispatches quantised weights here.
   CheckKernel(&cpu::LinearTyped, "dispatch", /*int_path=*/true, quantised);
@@ -223,6 +234,27 @@ TEST(LinearTypedTest, DecodeBlockMatchesTheGgmlFormulas) {
   }
 }
 
+// The scalar decoders every path's reference uses equal the GGUF dequantiser.
+TEST(LinearTypedTest, DecodeRowEqualsTheGgufDequantiser) {
+  std::mt19937 rng(5);
+  struct Type {
+    DType dtype;
+    GgmlType ggml;
+  };
+  for (const Type& t : {Type{DType::kQ8_0, GgmlType::kQ8_0}, Type{DType::kQ4_0, GgmlType::kQ4_0},
+                        Type{DType::kQ4_1, GgmlType::kQ4_1}, Type{DType::kQ4_K, GgmlType::kQ4_K}}) {
+    const int N = 3, K = 512;
+    std::vector<uint8_t> w = RandomMatrix(t.dtype, N, K, &rng);
+    std::vector<float> want(static_cast<size_t>(N) * K), row(K);
+    ASSERT_TRUE(DequantizeGgml(t.ggml, w.data(), N * K, want.data()).ok());
+    for (int n = 0; n < N; ++n) {
+      cpu::DecodeRow(t.dtype, w.data(), n, K, row.data());
+      EXPECT_EQ(0, std::memcmp(row.data(), want.data() + n * K, K * sizeof(float)))
+          << DTypeName(t.dtype) << " row " << n;
+    }
+  }
+}
+
 TEST(CpuWeightsTest, SpecSelectsWeightStorage) {
   struct Want {
     const char* spec;
@@ -236,6 +268,9 @@ TEST(CpuWeightsTest, SpecSelectsWeightStorage) {
     ASSERT_TRUE(be.ok()) << w.spec << ": " << be.status();
     EXPECT_EQ((*be)->WeightDType(DType::kF32), w.from_f32) << w.spec;
     EXPECT_EQ((*be)->WeightDType(DType::kQ4_1), w.from_q4_1) << w.spec;
+    EXPECT_EQ((*be)->WeightDType(DType::kQ4_K),
+              w.from_q4_1 == DType::kQ4_1 ? DType::kQ4_K : w.from_q4_1)
+        << w.spec;
     EXPECT_EQ((*be)->activation_dtype(), DType::kF32) << w.spec;
   }
   for (const char* bad : {"cpu:2:q4", "cpu:0", "cpu:2:f16:3", "cpu:x"}) {
@@ -250,39 +285,49 @@ TEST(CpuWeightsTest, BackendLinearAndEmbeddingTakeQuantisedWeights) {
   auto be = CreateBackend("cpu:1:auto");
   ASSERT_TRUE(be.ok()) << be.status();
   std::mt19937 rng(3);
-  const int N = 40, K = 64, T = 3;
-  std::vector<uint8_t> raw = RandomMatrix(DType::kQ8_0, N, K, &rng);
-  auto w = (*be)->Alloc(DType::kQ8_0, {N, K});
-  ASSERT_TRUE(w.ok()) << w.status();
-  ASSERT_EQ(w->nbytes(), raw.size());
-  ASSERT_TRUE((*be)->Upload(raw.data(), DType::kQ8_0, &*w).ok());
-  // Embedding rows are the dequantised rows.
-  auto ids = (*be)->Alloc(DType::kI32, {T});
-  ASSERT_TRUE(ids.ok());
-  const int32_t want_ids[T] = {5, 0, 39};
-  std::memcpy(ids->raw(), want_ids, sizeof(want_ids));
-  auto emb = (*be)->Alloc(DType::kF32, {T, K});
-  ASSERT_TRUE(emb.ok());
-  ASSERT_TRUE((*be)->Embedding(*ids, *w, &*emb).ok());
-  std::vector<float> row(K);
-  for (int t = 0; t < T; ++t) {
-    cpu::DecodeRow(DType::kQ8_0, raw.data(), want_ids[t], K, row.data());
-    EXPECT_EQ(0, std::memcmp(row.data(), emb->data<float>() + t * K, K * sizeof(float)));
+  for (DType type : {DType::kQ8_0, DType::kQ4_K}) {
+    SCOPED_TRACE(DTypeName(type));
+    const int N = 40, K = 256, T = 3;
+    std::vector<uint8_t> raw = RandomMatrix(type, N, K, &rng);
+    auto w = (*be)->Alloc(type, {N, K});
+    ASSERT_TRUE(w.ok()) << w.status();
+    ASSERT_EQ(w->nbytes(), raw.size());
+    ASSERT_TRUE((*be)->Upload(raw.data(), type, &*w).ok());
+    // Embedding rows are the dequantised rows.
+    auto ids = (*be)->Alloc(DType::kI32, {T});
+    ASSERT_TRUE(ids.ok());
+    const int32_t want_ids[T] = {5, 0, 39};
+    std::memcpy(ids->raw(), want_ids, sizeof(want_ids));
+    auto emb = (*be)->Alloc(DType::kF32, {T, K});
+    ASSERT_TRUE(emb.ok());
+    ASSERT_TRUE((*be)->Embedding(*ids, *w, &*emb).ok());
+    std::vector<float> row(K);
+    for (int t = 0; t < T; ++t) {
+      cpu::DecodeRow(type, raw.data(), want_ids[t], K, row.data());
+      EXPECT_EQ(0, std::memcmp(row.data(), emb->data<float>() + t * K, K * sizeof(float)));
+    }
+    // Uploading to f32 dequantises the same way.
+    auto f32 = (*be)->Alloc(DType::kF32, {N, K});
+    ASSERT_TRUE(f32.ok());
+    ASSERT_TRUE((*be)->Upload(raw.data(), type, &*f32).ok());
+    cpu::DecodeRow(type, raw.data(), 7, K, row.data());
+    EXPECT_EQ(0, std::memcmp(row.data(), f32->data<float>() + 7 * K, K * sizeof(float)));
+    // Linear through the backend = the kernel.
+    auto out = (*be)->Alloc(DType::kF32, {T, N});
+    ASSERT_TRUE(out.ok());
+    ASSERT_TRUE((*be)->Linear(*emb, *w, &*out).ok());
+    std::vector<float> want(T * N);
+    cpu::LinearTyped(emb->data<float>(), raw.data(), type, T, K, N, want.data());
+    EXPECT_EQ(0, std::memcmp(want.data(), out->data<float>(), want.size() * sizeof(float)));
+    // A quantised weight whose K is not whole blocks is refused, naming it.
+    const int odd_k = type == DType::kQ4_K ? 224 : 48;
+    auto odd = (*be)->Alloc(DType::kF32, {2, odd_k});
+    ASSERT_TRUE(odd.ok());
+    Tensor bad(type, {N, odd_k}, DeviceKind::kCpu, nullptr, w->raw());
+    absl::Status s = (*be)->Linear(*odd, bad, &*out);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("linear weight"), std::string::npos) << s;
   }
-  // Linear through the backend = the kernel.
-  auto out = (*be)->Alloc(DType::kF32, {T, N});
-  ASSERT_TRUE(out.ok());
-  ASSERT_TRUE((*be)->Linear(*emb, *w, &*out).ok());
-  std::vector<float> want(T * N);
-  cpu::LinearTyped(emb->data<float>(), raw.data(), DType::kQ8_0, T, K, N, want.data());
-  EXPECT_EQ(0, std::memcmp(want.data(), out->data<float>(), want.size() * sizeof(float)));
-  // A quantised weight whose K is not whole blocks is refused, naming it.
-  auto odd = (*be)->Alloc(DType::kF32, {2, 48});
-  ASSERT_TRUE(odd.ok());
-  Tensor bad(DType::kQ8_0, {N, 48}, DeviceKind::kCpu, nullptr, w->raw());
-  absl::Status s = (*be)->Linear(*odd, bad, &*out);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-  EXPECT_NE(s.message().find("linear weight"), std::string::npos) << s;
 }
 
 }  // namespace

@@ -14,6 +14,11 @@
 //       --gguf /tmp/target-f16.gguf --threads 1,2 --rounds 3  (one line)
 //   build/bin/cpu_bench --model ../shared/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf
 //
+// Last, the machine's memory read bandwidth at each thread count (a 256 MiB
+// buffer, beyond any cache, summed by that many threads): batch-1 decode of a
+// model larger than the caches reads every weight once per token, so this is
+// the ceiling of its scaling with threads.
+//
 // --dtype picks the weight storage of treespec's CPU backend ("cpu:T:<dtype>",
 // docs/cpu_engine.md; "auto" keeps GGUF quantised matrices quantised). tools/bench/build_llama_cpp.sh builds
 // llama-bench outside the repository.
@@ -24,6 +29,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <unistd.h>
@@ -41,13 +47,14 @@
 ABSL_FLAG(std::string, model, "", "HF model directory or .gguf file (treespec side)");
 ABSL_FLAG(std::string, gguf, "", "GGUF of the same weights for llama.cpp (default: --model if .gguf)");
 ABSL_FLAG(std::string, dtype, "",
-          "treespec weight storage: f32, f16, bf16 or auto (as stored, GGUF Q8_0/Q4_0/Q4_1 kept "
+          "treespec weight storage: f32, f16, bf16 or auto (as stored, GGUF Q8_0/Q4_0/Q4_1/Q4_K kept "
           "quantised); empty: the backend's default (f32)");
 ABSL_FLAG(std::string, threads, "1,2", "Comma-separated thread counts");
 ABSL_FLAG(int32_t, decode, 64, "Tokens generated per decode measurement");
 ABSL_FLAG(int32_t, prefill, 64, "Prompt tokens of the prefill measurement");
 ABSL_FLAG(int32_t, rounds, 3, "Alternating rounds; medians are reported");
 ABSL_FLAG(std::string, llama_bench, "", "Path of llama.cpp's llama-bench (default: PATH lookup)");
+ABSL_FLAG(bool, bandwidth, true, "Also measure the memory read bandwidth at each thread count");
 
 namespace treespec {
 namespace {
@@ -228,6 +235,47 @@ void PrintTable(const std::string& model, const std::string& gguf, const std::st
   }
 }
 
+// GB/s of `threads` threads summing disjoint slices of `buf` (best of 5).
+double ReadBandwidth(const std::vector<uint64_t>& buf, int threads) {
+  std::vector<uint64_t> sums(threads);
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const Clock::time_point t0 = Clock::now();
+    std::vector<std::thread> workers;
+    for (int t = 0; t < threads; ++t) {
+      workers.emplace_back([&, t] {
+        const size_t n = buf.size() / threads, begin = t * n;
+        uint64_t acc[8] = {};
+        for (size_t i = begin; i + 8 <= begin + n; i += 8) {
+          for (int j = 0; j < 8; ++j) acc[j] += buf[i + j];
+        }
+        uint64_t s = 0;
+        for (uint64_t a : acc) s += a;
+        sums[t] = s;
+      });
+    }
+    for (std::thread& w : workers) w.join();
+    const double secs = Secs(t0, Clock::now());
+    best = std::max(best, static_cast<double>(buf.size() / threads * threads * 8) / secs / 1e9);
+  }
+  static volatile uint64_t sink;  // keeps the sums live
+  for (uint64_t s : sums) sink = sink + s;
+  return best;
+}
+
+void PrintBandwidth(const std::vector<int>& threads) {
+  std::vector<uint64_t> buf((256u << 20) / 8);
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = i;
+  std::printf("\nmemory read bandwidth (256 MiB, best of 5):");
+  double first = 0;
+  for (int t : threads) {
+    const double gbs = ReadBandwidth(buf, t);
+    if (first == 0) first = gbs;
+    std::printf("  %d thread%s %.1f GB/s (%.2fx)", t, t == 1 ? "" : "s", gbs, gbs / first);
+  }
+  std::printf("\n");
+}
+
 int Main() {
   const std::string model = absl::GetFlag(FLAGS_model);
   if (model.empty()) Fail(absl::InvalidArgumentError("--model is required"));
@@ -278,6 +326,7 @@ int Main() {
     }
   }
   PrintTable(model, gguf, lb, with_llama, threads, ts, lc);
+  if (absl::GetFlag(FLAGS_bandwidth)) PrintBandwidth(threads);
   return 0;
 }
 
