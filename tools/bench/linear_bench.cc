@@ -1,0 +1,133 @@
+// linear_bench: one CPU matrix product (LinearTyped, kernels/cpu/dense_ops.h)
+// at decode and prefill sizes, per weight type and thread count, with the
+// weights read from memory as in a model's step: the product cycles through
+// enough copies of the matrix (--pool_mib) that none is in a cache when it is
+// read. Prints the time per product, the weight bytes read per second, and
+// the speed-up of each thread count over the first.
+//
+//   build/bin/linear_bench [--shapes 576x576,1536x576,576x1536,49152x576]
+//       [--types q4_1,q8_0,q4_k,f16] [--rows 1,64] [--threads 1,2]
+//
+// A shape is NxK (output columns x input length); types whose blocks do not
+// divide K are skipped.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "core/tensor/dtype.h"
+#include "kernels/cpu/dense_ops.h"
+
+ABSL_FLAG(std::string, shapes, "576x576,1536x576,576x1536,49152x576", "NxK products");
+ABSL_FLAG(std::string, types, "q4_1,q8_0,q4_k,f16", "Weight types");
+ABSL_FLAG(std::string, rows, "1,64", "Activation rows T (1: decode)");
+ABSL_FLAG(std::string, threads, "1,2", "Thread counts");
+ABSL_FLAG(int32_t, pool_mib, 256, "Bytes of matrix copies cycled through");
+ABSL_FLAG(double, min_seconds, 0.3, "Time spent per cell");
+
+namespace treespec {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<int> Ints(const std::string& s) {
+  std::vector<int> out;
+  for (absl::string_view p : absl::StrSplit(s, ',', absl::SkipEmpty())) {
+    int v = 0;
+    if (!absl::SimpleAtoi(p, &v) || v < 1) {
+      std::fprintf(stderr, "linear_bench: bad number '%s'\n", std::string(p).c_str());
+      std::exit(1);
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+bool ParseType(absl::string_view name, DType* out) {
+  for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
+                  DType::kQ4_1, DType::kQ4_K}) {
+    if (name == DTypeName(d)) {
+      *out = d;
+      return true;
+    }
+  }
+  return false;
+}
+
+// Random weights with finite scales: every 16-bit word an f16 of magnitude
+// below 1 (the quantised types' scales sit at even offsets), other bytes random.
+std::vector<uint8_t> RandomBytes(size_t n, std::mt19937* rng) {
+  std::vector<uint8_t> w(n);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (size_t i = 0; i < n; ++i) w[i] = static_cast<uint8_t>(byte(*rng));
+  for (size_t i = 1; i < n; i += 2) w[i] &= 0x37;  // f16 exponent < 15: |v| < 1
+  return w;
+}
+
+int Main() {
+  const std::vector<int> rows = Ints(absl::GetFlag(FLAGS_rows));
+  const std::vector<int> threads = Ints(absl::GetFlag(FLAGS_threads));
+  const size_t pool = static_cast<size_t>(absl::GetFlag(FLAGS_pool_mib)) << 20;
+  std::mt19937 rng(1);
+  std::printf("%-10s %-6s %4s %7s %12s %10s %8s\n", "shape", "type", "T", "threads", "us/product",
+              "GB/s", "speedup");
+  for (absl::string_view shape : absl::StrSplit(absl::GetFlag(FLAGS_shapes), ',')) {
+    std::vector<std::string> nk = absl::StrSplit(shape, 'x');
+    int N = 0, K = 0;
+    if (nk.size() != 2 || !absl::SimpleAtoi(nk[0], &N) || !absl::SimpleAtoi(nk[1], &K)) {
+      std::fprintf(stderr, "linear_bench: bad shape '%s'\n", std::string(shape).c_str());
+      return 1;
+    }
+    for (absl::string_view tn : absl::StrSplit(absl::GetFlag(FLAGS_types), ',')) {
+      DType type;
+      if (!ParseType(tn, &type)) {
+        std::fprintf(stderr, "linear_bench: unknown type '%s'\n", std::string(tn).c_str());
+        return 1;
+      }
+      if (K % DTypeBlockSize(type) != 0) continue;
+      const size_t bytes = DTypeBytes(type, static_cast<int64_t>(N) * K);
+      const size_t copies = std::max<size_t>(2, pool / bytes);
+      const std::vector<uint8_t> one = RandomBytes(bytes, &rng);
+      std::vector<uint8_t> w(bytes * copies);
+      for (size_t c = 0; c < copies; ++c) std::memcpy(w.data() + c * bytes, one.data(), bytes);
+      for (int T : rows) {
+        std::vector<float> x(static_cast<size_t>(T) * K), out(static_cast<size_t>(T) * N);
+        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+        for (float& v : x) v = u(rng);
+        double first = 0;
+        for (int th : threads) {
+          size_t c = 0;
+          int64_t calls = 0;
+          const Clock::time_point t0 = Clock::now();
+          double secs = 0;
+          while (secs < absl::GetFlag(FLAGS_min_seconds)) {
+            for (int i = 0; i < 16; ++i, ++calls, c = (c + 1) % copies) {
+              cpu::LinearTyped(x.data(), w.data() + c * bytes, type, T, K, N, out.data(), th);
+            }
+            secs = std::chrono::duration<double>(Clock::now() - t0).count();
+          }
+          const double us = secs / calls * 1e6;
+          if (first == 0) first = us;
+          std::printf("%-10s %-6s %4d %7d %12.1f %10.1f %7.2fx\n", std::string(shape).c_str(),
+                      DTypeName(type), T, th, us, bytes / (us * 1e-6) / 1e9, first / us);
+        }
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace treespec
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return treespec::Main();
+}
