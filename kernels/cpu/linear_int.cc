@@ -219,26 +219,42 @@ struct Q4_KG {
     o->lo = o->ulo = _mm512_permutex2var_epi64(low, _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), high);
     o->hi = o->uhi =
         _mm512_permutex2var_epi64(low, _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15), high);
-    // The 6-bit pairs of sub-blocks 4h..4h+3 (ScaleMinK4, four at a time).
-    uint32_t u[3];
-    std::memcpy(u, b + 4, 12);
-    uint32_t sc, mn;
-    if (h == 0) {
-      sc = u[0] & 0x3f3f3f3fu;
-      mn = u[1] & 0x3f3f3f3fu;
-    } else {
-      sc = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u);
-      mn = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
-    }
-    const __m256 pairs = _mm256_cvtepi32_ps(
-        _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, static_cast<int>(mn), static_cast<int>(sc))));
-    const float d = HalfAt(b), dmin = HalfAt(b + 2);
-    const __m512 dm = _mm512_castps256_ps512(
-        _mm256_mul_ps(pairs, _mm256_setr_ps(d, d, d, d, -dmin, -dmin, -dmin, -dmin)));
-    o->d = _mm512_permutexvar_ps(
-        _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), dm);
-    o->m = _mm512_permutexvar_ps(
-        _mm512_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7), dm);
+    // The 6-bit pairs of sub-blocks 4h..4h+3 (ScaleMinK4), unpacked from the
+    // block's first 16 bytes [d, dmin, 12 packed bytes] in one xmm: bytes
+    // 0..7 of `sm` are the eight scales, 8..15 the eight mins.
+    const __m128i head = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+    // low: scales 0..3 = bytes 4..7, mins 0..3 = bytes 8..11 (& 63); high:
+    // scales 4..7 = (bytes 12..15 & 15) | (bytes 4..7 >> 6) << 4, mins 4..7 =
+    // (bytes 12..15 >> 4) | (bytes 8..11 >> 6) << 4.
+    const __m128i lo6 = _mm_and_si128(
+        _mm_shuffle_epi8(head, _mm_setr_epi8(4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11, -1, -1, -1, -1)),
+        _mm_set1_epi8(63));
+    const __m128i nib = _mm_shuffle_epi8(
+        head, _mm_setr_epi8(-1, -1, -1, -1, 12, 13, 14, 15, -1, -1, -1, -1, 12, 13, 14, 15));
+    const __m128i nib_lo = _mm_and_si128(nib, _mm_setr_epi8(0, 0, 0, 0, 15, 15, 15, 15, 0, 0, 0,
+                                                             0, 0, 0, 0, 0));
+    const __m128i nib_hi = _mm_and_si128(_mm_srli_epi16(nib, 4),
+                                         _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15,
+                                                       15, 15, 15));
+    const __m128i top = _mm_and_si128(
+        _mm_srli_epi16(_mm_shuffle_epi8(head, _mm_setr_epi8(-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1,
+                                                              -1, 8, 9, 10, 11)),
+                       2),
+        _mm_set1_epi8(0x30));
+    __m128i sm = _mm_or_si128(_mm_or_si128(lo6, nib_lo), _mm_or_si128(nib_hi, top));
+    // sm: [sc0..3, sc4..7, mn0..3, mn4..7]; this half's four scales and mins,
+    // one per dword lane 4b (vpermb, zeroing the other bytes).
+    const __m512i sm512 = _mm512_castsi128_si512(sm);
+    const __m512i sc_idx = _mm512_set1_epi32(0), mn_idx = _mm512_set1_epi32(8);
+    const __m512i lane = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const __m512i base = _mm512_add_epi32(lane, _mm512_set1_epi32(4 * h));
+    const __mmask64 byte0 = 0x1111111111111111ull;
+    const __m512i sc = _mm512_maskz_permutexvar_epi8(byte0, _mm512_add_epi32(base, sc_idx), sm512);
+    const __m512i mn = _mm512_maskz_permutexvar_epi8(byte0, _mm512_add_epi32(base, mn_idx), sm512);
+    const __m128 dd = _mm_cvtph_ps(head);  // d, dmin
+    o->d = _mm512_mul_ps(_mm512_cvtepi32_ps(sc), _mm512_broadcastss_ps(dd));
+    o->m = _mm512_mul_ps(_mm512_cvtepi32_ps(mn),
+                         _mm512_broadcastss_ps(_mm_sub_ps(_mm_setzero_ps(), _mm_movehdup_ps(dd))));
   }
 };
 
