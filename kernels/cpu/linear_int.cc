@@ -189,12 +189,6 @@ struct Q4_1G {
   }
 };
 
-TS_VNNI inline float HalfAt(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
-
 // Q4_K: [d f16][dmin f16][12 bytes: eight 6-bit scale / min pairs][128 code
 // bytes] per 256 elements; a group (4 sub-blocks of 32) is half a block, and
 // the Tile's group index says which half (rows are whole blocks, so K is a
@@ -216,7 +210,8 @@ struct Q4_KG {
     const __m512i mask = _mm512_set1_epi8(0x0f);
     const __m512i low = _mm512_and_si512(q, mask);
     const __m512i high = _mm512_and_si512(_mm512_srli_epi16(q, 4), mask);
-    o->lo = o->ulo = _mm512_permutex2var_epi64(low, _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), high);
+    o->lo = o->ulo =
+        _mm512_permutex2var_epi64(low, _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), high);
     o->hi = o->uhi =
         _mm512_permutex2var_epi64(low, _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15), high);
     // The 6-bit pairs of sub-blocks 4h..4h+3 (ScaleMinK4), unpacked from the
@@ -227,7 +222,8 @@ struct Q4_KG {
     // scales 4..7 = (bytes 12..15 & 15) | (bytes 4..7 >> 6) << 4, mins 4..7 =
     // (bytes 12..15 >> 4) | (bytes 8..11 >> 6) << 4.
     const __m128i lo6 = _mm_and_si128(
-        _mm_shuffle_epi8(head, _mm_setr_epi8(4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11, -1, -1, -1, -1)),
+        _mm_shuffle_epi8(head,
+                         _mm_setr_epi8(4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11, -1, -1, -1, -1)),
         _mm_set1_epi8(63));
     const __m128i nib = _mm_shuffle_epi8(
         head, _mm_setr_epi8(-1, -1, -1, -1, 12, 13, 14, 15, -1, -1, -1, -1, 12, 13, 14, 15));
@@ -245,12 +241,12 @@ struct Q4_KG {
     // sm: [sc0..3, sc4..7, mn0..3, mn4..7]; this half's four scales and mins,
     // one per dword lane 4b (vpermb, zeroing the other bytes).
     const __m512i sm512 = _mm512_castsi128_si512(sm);
-    const __m512i sc_idx = _mm512_set1_epi32(0), mn_idx = _mm512_set1_epi32(8);
     const __m512i lane = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    const __m512i base = _mm512_add_epi32(lane, _mm512_set1_epi32(4 * h));
-    const __mmask64 byte0 = 0x1111111111111111ull;
-    const __m512i sc = _mm512_maskz_permutexvar_epi8(byte0, _mm512_add_epi32(base, sc_idx), sm512);
-    const __m512i mn = _mm512_maskz_permutexvar_epi8(byte0, _mm512_add_epi32(base, mn_idx), sm512);
+    const __m512i sc_at = _mm512_add_epi32(lane, _mm512_set1_epi32(4 * h));  // byte j: sc_j
+    const __m512i mn_at = _mm512_add_epi32(sc_at, _mm512_set1_epi32(8));     // byte 8 + j: mn_j
+    const __mmask64 byte0 = 0x1111111111111111ull;  // byte 0 of every dword
+    const __m512i sc = _mm512_maskz_permutexvar_epi8(byte0, sc_at, sm512);
+    const __m512i mn = _mm512_maskz_permutexvar_epi8(byte0, mn_at, sm512);
     const __m128 dd = _mm_cvtph_ps(head);  // d, dmin
     o->d = _mm512_mul_ps(_mm512_cvtepi32_ps(sc), _mm512_broadcastss_ps(dd));
     o->m = _mm512_mul_ps(_mm512_cvtepi32_ps(mn),
