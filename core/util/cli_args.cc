@@ -4,6 +4,9 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 
@@ -74,6 +77,19 @@ std::vector<std::string> ParseFlags(int argc, char** argv) {
 // is what it calls.
 bool FlagGiven(absl::string_view name) {
   return absl::flags_internal::WasPresentOnCommandLine(name);
+}
+
+absl::StatusOr<std::vector<int>> ParsePositiveInts(absl::string_view flag, absl::string_view text) {
+  std::vector<int> out;
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    int v = 0;
+    if (!absl::SimpleAtoi(item, &v) || v < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, ": \"", item, "\" is not a positive integer"));
+    }
+    out.push_back(v);
+  }
+  return out;
 }
 
 }  // namespace treespec

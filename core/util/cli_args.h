@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace treespec {
@@ -31,5 +32,10 @@ std::vector<std::string> ParseFlags(int argc, char** argv);
 // After ParseFlags: whether flag `name` (underscored) was on the command line
 // or in a --flagfile, even with its default or an empty value ("--ids ''").
 bool FlagGiven(absl::string_view name);
+
+// A comma-separated list of positive integers ("1,2,16"; empty items are
+// skipped), e.g. a benchmark's thread counts or batch sizes. INVALID_ARGUMENT
+// naming --flag and the bad item otherwise.
+absl::StatusOr<std::vector<int>> ParsePositiveInts(absl::string_view flag, absl::string_view text);
 
 }  // namespace treespec

@@ -314,14 +314,10 @@ int Main() {
   if (n < 1 || p < 1 || rounds < 1) {
     Fail(absl::InvalidArgumentError("--decode, --prefill and --rounds must be >= 1"));
   }
-  std::vector<int> threads;
-  for (absl::string_view t : absl::StrSplit(absl::GetFlag(FLAGS_threads), ',')) {
-    int v = 0;
-    if (!absl::SimpleAtoi(t, &v) || v < 1) {
-      Fail(absl::InvalidArgumentError(absl::StrCat("--threads: bad count '", t, "'")));
-    }
-    threads.push_back(v);
-  }
+  absl::StatusOr<std::vector<int>> parsed = ParsePositiveInts("threads", absl::GetFlag(FLAGS_threads));
+  if (!parsed.ok()) Fail(parsed.status());
+  if (parsed->empty()) Fail(absl::InvalidArgumentError("--threads: no thread count"));
+  const std::vector<int> threads = *parsed;
   std::vector<Engine> engines;
   for (int t : threads) {
     absl::StatusOr<Engine> e = OpenEngine(model, t, absl::GetFlag(FLAGS_dtype), n + p + 4);

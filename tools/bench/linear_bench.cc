@@ -19,10 +19,10 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "core/tensor/dtype.h"
+#include "core/util/cli_args.h"
 #include "kernels/cpu/dense_ops.h"
 
 ABSL_FLAG(std::string, shapes, "576x576,1536x576,576x1536,49152x576", "NxK products");
@@ -37,17 +37,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::vector<int> Ints(const std::string& s) {
-  std::vector<int> out;
-  for (absl::string_view p : absl::StrSplit(s, ',', absl::SkipEmpty())) {
-    int v = 0;
-    if (!absl::SimpleAtoi(p, &v) || v < 1) {
-      std::fprintf(stderr, "linear_bench: bad number '%s'\n", std::string(p).c_str());
-      std::exit(1);
-    }
-    out.push_back(v);
+std::vector<int> Ints(absl::string_view flag, const std::string& text) {
+  absl::StatusOr<std::vector<int>> v = ParsePositiveInts(flag, text);
+  if (!v.ok()) {
+    std::fprintf(stderr, "linear_bench: %s\n", v.status().ToString().c_str());
+    std::exit(1);
   }
-  return out;
+  return *v;
 }
 
 bool ParseType(absl::string_view name, DType* out) {
@@ -72,8 +68,8 @@ std::vector<uint8_t> RandomBytes(size_t n, std::mt19937* rng) {
 }
 
 int Main() {
-  const std::vector<int> rows = Ints(absl::GetFlag(FLAGS_rows));
-  const std::vector<int> threads = Ints(absl::GetFlag(FLAGS_threads));
+  const std::vector<int> rows = Ints("rows", absl::GetFlag(FLAGS_rows));
+  const std::vector<int> threads = Ints("threads", absl::GetFlag(FLAGS_threads));
   const size_t pool = static_cast<size_t>(absl::GetFlag(FLAGS_pool_mib)) << 20;
   std::mt19937 rng(1);
   std::printf("%-10s %-6s %4s %7s %12s %10s %8s\n", "shape", "type", "T", "threads", "us/product",
@@ -128,6 +124,6 @@ int Main() {
 }  // namespace treespec
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  treespec::ParseFlags(argc, argv);
   return treespec::Main();
 }

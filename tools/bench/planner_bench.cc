@@ -13,17 +13,17 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "core/spec/acceptance_model.h"
 #include "core/spec/step_cost_model.h"
 #include "core/spec/tree_planner.h"
+#include "core/util/cli_args.h"
 
 ABSL_FLAG(std::string, batches, "1,16,64", "Batch sizes");
 ABSL_FLAG(std::string, nodes, "8,16,32,64", "Draft nodes per tree");
@@ -36,13 +36,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::vector<int64_t> ParseList(const std::string& s) {
-  std::vector<int64_t> out;
-  for (absl::string_view p : absl::StrSplit(s, ',')) {
-    int64_t v;
-    if (absl::SimpleAtoi(p, &v) && v > 0) out.push_back(v);
+std::vector<int64_t> ParseList(absl::string_view flag, const std::string& text) {
+  absl::StatusOr<std::vector<int>> v = ParsePositiveInts(flag, text);
+  if (!v.ok()) {
+    std::fprintf(stderr, "planner_bench: %s\n", v.status().ToString().c_str());
+    std::exit(1);
   }
-  return out;
+  return std::vector<int64_t>(v->begin(), v->end());
 }
 
 // Seconds per call of fn: the fastest of 20 rounds of calls, each round at
@@ -104,8 +104,8 @@ std::vector<TreeShape> Candidates(int64_t max_nodes) {
 }
 
 int Main() {
-  const std::vector<int64_t> batches = ParseList(absl::GetFlag(FLAGS_batches));
-  const std::vector<int64_t> node_counts = ParseList(absl::GetFlag(FLAGS_nodes));
+  const std::vector<int64_t> batches = ParseList("batches", absl::GetFlag(FLAGS_batches));
+  const std::vector<int64_t> node_counts = ParseList("nodes", absl::GetFlag(FLAGS_nodes));
   const double base_s = absl::GetFlag(FLAGS_step_base_ms) * 1e-3;
   const double per_token_s = absl::GetFlag(FLAGS_step_us_per_token) * 1e-6;
   const double min_s = absl::GetFlag(FLAGS_min_seconds);

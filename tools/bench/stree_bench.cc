@@ -90,19 +90,6 @@ std::string Now() {
   return absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::Now(), absl::UTCTimeZone());
 }
 
-absl::StatusOr<std::vector<int>> ParseInts(const std::string& flag, const std::string& text) {
-  std::vector<int> out;
-  for (absl::string_view s : absl::StrSplit(text, ',', absl::SkipEmpty())) {
-    int v = 0;
-    if (!absl::SimpleAtoi(s, &v) || v < 1) {
-      return absl::InvalidArgumentError("--" + flag + ": \"" + std::string(s) +
-                                        "\" is not a positive integer");
-    }
-    out.push_back(v);
-  }
-  return out;
-}
-
 absl::Status RunModel(const BenchModel& model, const std::vector<BenchTree>& trees,
                       const CompareOptions& co, Backend* be) {
   std::printf("\n## %s: %s\n\ndevice %s, prompt %d tokens, %d timed rounds, %s, load average %s\n",
@@ -120,7 +107,7 @@ absl::Status RunModel(const BenchModel& model, const std::vector<BenchTree>& tre
   }
   if (absl::GetFlag(FLAGS_op_table)) {
     TS_ASSIGN_OR_RETURN(std::vector<int> op_batches,
-                        ParseInts("op_batches", absl::GetFlag(FLAGS_op_batches)));
+                        ParsePositiveInts("op_batches", absl::GetFlag(FLAGS_op_batches)));
     std::vector<ScanOpRow> ops;
     for (const BenchTree& t : trees) {
       for (int b : op_batches) {
@@ -139,7 +126,7 @@ absl::Status RunModel(const BenchModel& model, const std::vector<BenchTree>& tre
 absl::Status Run() {
   TS_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be, CreateBackend(absl::GetFlag(FLAGS_device)));
   CompareOptions co;
-  TS_ASSIGN_OR_RETURN(co.batches, ParseInts("batches", absl::GetFlag(FLAGS_batches)));
+  TS_ASSIGN_OR_RETURN(co.batches, ParsePositiveInts("batches", absl::GetFlag(FLAGS_batches)));
   co.rounds = absl::GetFlag(FLAGS_rounds);
   co.prompt = absl::GetFlag(FLAGS_prompt);
   co.accept = absl::GetFlag(FLAGS_accept);
