@@ -6,7 +6,7 @@
 #   asan-unit  build-asan/ too, but only the unit and golden test
 #         executables (and the converter a golden test runs) are built and
 #         only the tests labelled unit or golden run (CI runs asan and tsan).
-#   tsan  build-tsan/: the lane, step machine, coordinator-telemetry and
+#   tsan  build-tsan/: the CPU thread pool, lane, step machine, coordinator-telemetry and
 #         communicator tests (TSAN_TESTS) with TSan, then those tests.
 #
 #   tools/sanitize.sh [asan|asan-unit|tsan|all (default)] [extra ctest arguments]
@@ -32,7 +32,7 @@ SUPP=$ROOT/tools/sanitizers
 # ASAN_EXCLUDE= (empty) to run them too.
 ASAN_EXCLUDE=${ASAN_EXCLUDE-DistributionTest\.}
 # The coordinator (lane, step machine, telemetry) and communicator tests.
-TSAN_TESTS="lane_test lane_ahead_test lane_telemetry_test step_machine_test step_machine_ahead_test comm_test llama_tp_test"
+TSAN_TESTS="thread_pool_test lane_test lane_ahead_test lane_telemetry_test step_machine_test step_machine_ahead_test comm_test llama_tp_test"
 
 bash tools/install_deps.sh sanitize
 
