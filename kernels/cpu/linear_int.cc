@@ -24,8 +24,9 @@
 // Q4 codes (0..15) serve as either operand. Q8_0 codes are signed, so the
 // h-product uses w + 128 (= w ^ 0x80 as an unsigned byte) and the activation
 // side adds −128·256·Σh. Q4_0's −8 offset is −8·Σq, Q4_1's min m adds
-// m·d·Σq in f32 (as does Q4_K's per-sub-block min, Q4_KG). These corrections depend only on the activations and are
-// precomputed per block with them (XGroup). A group of 4 blocks fills a zmm:
+// m·d·Σq in f32 (as does Q4_K's per-sub-block min, Q4_KG). These
+// corrections depend only on the activations and are precomputed per block
+// with them (XGroup). A group of 4 blocks fills a zmm:
 // 128-bit lane b holds block b's elements 0..15 ("lo") or 16..31 ("hi"), so
 // dword lanes 4b..4b+3 of the integer sums belong to block b and one f32 FMA
 // with the per-lane scale d_w·d_x applies all four blocks' scales. A row's
