@@ -188,7 +188,9 @@ TEST_F(SpeculativeEquivalenceTest, SelfDrafterWithAutoTreeAcceptsEverything) {
     full_depth += delta(absl::StrCat("treespec_spec_accepted_by_depth_total", labels, ",depth=\"",
                                      shape->Depth(), "\"}"));
   }
-  // The probes (spec_planner.h) draft the first steps whatever the times.
+  // The probes (spec_planner.h) draft a fresh lane's first steps whatever
+  // the times (ctest runs each test in a process of its own), and check
+  // steps draft now and then after them.
   EXPECT_GT(drafts, 0) << s.ShortDebugString();
   // Each step either verified a drafted tree or was a plain step.
   EXPECT_EQ(drafts, s.steps() - s.plain_steps()) << s.ShortDebugString();
