@@ -41,24 +41,7 @@ void DequantizeQ4_1(const uint8_t* b, float* out) {
   }
 }
 
-void DequantizeQ4_K(const uint8_t* b, float* out) {
-  const float d = F16At(b);
-  const float dmin = F16At(b + 2);
-  const uint8_t* scales = b + 4;
-  const uint8_t* q = b + 16;
-  int is = 0;
-  for (int j = 0; j < 256; j += 64) {
-    uint8_t sc, mn;
-    ScaleMinK4(is, scales, &sc, &mn);
-    const float d1 = d * sc, m1 = dmin * mn;
-    ScaleMinK4(is + 1, scales, &sc, &mn);
-    const float d2 = d * sc, m2 = dmin * mn;
-    for (int l = 0; l < 32; ++l) *out++ = d1 * static_cast<float>(q[l] & 0xF) - m1;
-    for (int l = 0; l < 32; ++l) *out++ = d2 * static_cast<float>(q[l] >> 4) - m2;
-    q += 32;
-    is += 2;
-  }
-}
+void DequantizeQ4_K(const uint8_t* b, float* out) { DequantizeQ4KBlock(b, out); }
 
 void DequantizeQ5_K(const uint8_t* b, float* out) {
   const float d = F16At(b);

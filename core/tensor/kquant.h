@@ -1,10 +1,13 @@
-// The scale / min packing of ggml's 256-element "K" blocks (Q4_K, Q5_K),
-// shared by the GGUF dequantiser (core/model/gguf_dequant.cc) and the CPU
-// kernels that keep Q4_K weights quantised (kernels/cpu/quant_blocks.h,
-// linear_int.cc). Pure functions.
+// The scale / min packing of ggml's 256-element "K" blocks (Q4_K, Q5_K) and
+// the Q4_K block decoder, shared by the GGUF dequantiser
+// (core/model/gguf_dequant.cc) and the CPU kernels that keep Q4_K weights
+// quantised (kernels/cpu/quant_blocks.h, linear_typed.cc). Pure functions.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+
+#include "core/tensor/dtype.h"
 
 namespace treespec {
 
@@ -19,6 +22,26 @@ inline void ScaleMinK4(int j, const uint8_t* q, uint8_t* sc, uint8_t* mn) {
   } else {
     *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
     *mn = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// out[0..255] = the 256 weights of the Q4_K block at `b` ([d f16][dmin f16]
+// [12 scale bytes][128 code bytes]): sub-block j (32 elements) is
+// d·sc_j·nibble − dmin·mn_j, its nibbles the low (j even) or high (j odd)
+// halves of code bytes 32·(j / 2) .. + 31.
+inline void DequantizeQ4KBlock(const uint8_t* b, float* out) {
+  uint16_t h[2];
+  std::memcpy(h, b, 4);
+  const float d = HalfToFloat(h[0]), dmin = HalfToFloat(h[1]);
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc, mn;
+    ScaleMinK4(j, b + 4, &sc, &mn);
+    const float scale = d * static_cast<float>(sc), min = dmin * static_cast<float>(mn);
+    const uint8_t* q = b + 16 + 32 * (j / 2);
+    for (int e = 0; e < 32; ++e) {
+      const int code = j % 2 == 0 ? q[e] & 0x0f : q[e] >> 4;
+      out[32 * j + e] = scale * static_cast<float>(code) - min;
+    }
   }
 }
 

@@ -19,27 +19,10 @@ inline float LoadHalf(const uint8_t* p) {
   return HalfToFloat(h);
 }
 
-// out[0..255] = the 256 weights of the Q4_K block at `b`: sub-block j (32
-// elements) is d·sc_j·nibble − dmin·mn_j, its nibbles the low (j even) or
-// high (j odd) halves of code bytes 32·(j / 2) .. + 31.
-inline void DecodeQ4KBlock(const uint8_t* b, float* out) {
-  const float d = LoadHalf(b), dmin = LoadHalf(b + 2);
-  for (int j = 0; j < 8; ++j) {
-    uint8_t sc, mn;
-    ScaleMinK4(j, b + 4, &sc, &mn);
-    const float scale = d * static_cast<float>(sc), min = dmin * static_cast<float>(mn);
-    const uint8_t* q = b + 16 + 32 * (j / 2);
-    for (int e = 0; e < 32; ++e) {
-      const int code = j % 2 == 0 ? q[e] & 0x0f : q[e] >> 4;
-      out[32 * j + e] = scale * static_cast<float>(code) - min;
-    }
-  }
-}
-
 // out[0 .. DTypeBlockSize(type)) = the weights of the block at `b`.
 inline void DecodeBlock(DType type, const uint8_t* b, float* out) {
   if (type == DType::kQ4_K) {
-    DecodeQ4KBlock(b, out);
+    DequantizeQ4KBlock(b, out);  // core/tensor/kquant.h
   } else if (type == DType::kQ8_0) {
     const float d = LoadHalf(b);
     for (int j = 0; j < 32; ++j) out[j] = d * static_cast<float>(static_cast<int8_t>(b[2 + j]));
