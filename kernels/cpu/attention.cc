@@ -191,7 +191,8 @@ TS_ATTN512 void HeadsAvx512(const float* qt, const float* k_cache, const float* 
   }
 }
 
-// C heads from ha (C <= 8 / NV, else one at a time).
+// C heads from ha: 4 together for NV <= 2, 2 for NV <= 4, else one at a
+// time (their queries and accumulators must fit the 32 registers).
 template <int NV>
 TS_ATTN512 void HeadsOf(int c, const float* qt, const float* k_cache, const float* v_cache,
                         const int64_t* slots, int64_t n, int ha, int64_t g, int64_t stride,
@@ -216,27 +217,18 @@ TS_ATTN512 void HeadsOf(int c, const float* qt, const float* k_cache, const floa
 TS_ATTN512 void ChunkAvx512(const float* qt, const float* k_cache, const float* v_cache,
                             const int64_t* slots, int64_t n, int h0, int h1, int group, int Dh,
                             int64_t stride, float scale, float* scores, float* ot) {
+  // HeadsOf<NV>, NV = Dh / 16 in 1..kMaxDh16 (the caller checked).
+  using HeadsFn = void (*)(int, const float*, const float*, const float*, const int64_t*,
+                           int64_t, int, int64_t, int64_t, float, float*, float*);
+  static constexpr HeadsFn kHeads[kMaxDh16] = {HeadsOf<1>, HeadsOf<2>, HeadsOf<3>, HeadsOf<4>,
+                                               HeadsOf<5>, HeadsOf<6>, HeadsOf<7>, HeadsOf<8>};
+  const HeadsFn heads = kHeads[Dh / 16 - 1];
   for (int h = h0; h < h1;) {
     const int kv = h / group;
     const int he = std::min(h1, (kv + 1) * group);
     const int64_t g = static_cast<int64_t>(kv) * Dh;
-    float* sc = scores + static_cast<int64_t>(h - h0) * n;
-    switch (Dh / 16) {
-      case 1: HeadsOf<1>(he - h, qt, k_cache, v_cache, slots, n, h, g, stride, scale, sc, ot); break;
-      case 2: HeadsOf<2>(he - h, qt, k_cache, v_cache, slots, n, h, g, stride, scale, sc, ot); break;
-      case 4: HeadsOf<4>(he - h, qt, k_cache, v_cache, slots, n, h, g, stride, scale, sc, ot); break;
-      case 8: HeadsOf<8>(he - h, qt, k_cache, v_cache, slots, n, h, g, stride, scale, sc, ot); break;
-      default:
-        for (int j = h; j < he; ++j) {
-          // Head sizes 48, 80, 96, 112: no specialisation; one head at a time.
-          switch (Dh / 16) {
-            case 3: HeadsAvx512<3, 1>(qt, k_cache, v_cache, slots, n, j, g, stride, scale, sc + (j - h) * n, ot); break;
-            case 5: HeadsAvx512<5, 1>(qt, k_cache, v_cache, slots, n, j, g, stride, scale, sc + (j - h) * n, ot); break;
-            case 6: HeadsAvx512<6, 1>(qt, k_cache, v_cache, slots, n, j, g, stride, scale, sc + (j - h) * n, ot); break;
-            default: HeadsAvx512<7, 1>(qt, k_cache, v_cache, slots, n, j, g, stride, scale, sc + (j - h) * n, ot); break;
-          }
-        }
-    }
+    heads(he - h, qt, k_cache, v_cache, slots, n, h, g, stride, scale,
+          scores + static_cast<int64_t>(h - h0) * n, ot);
     h = he;
   }
 }

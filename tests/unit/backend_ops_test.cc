@@ -511,6 +511,8 @@ TEST_P(BackendOpsTest, AttentionDecodeTreePrefillGqa) {
       // Pairs of q heads per kv head (the demo target's heads): the CPU's
       // AVX-512 path reads each key row once for both.
       {"gqa pairs", 8, 4, 32, {{40, 1, {}}, {17, 11, tree11}, {0, 33, {}}}},
+      // Heads of 48 (three 16-lane rows), also read in pairs.
+      {"gqa pairs of 48", 4, 2, 48, {{40, 1, {}}, {17, 11, tree11}}},
       {"tree grown over two calls", 8, 2, 64,
        {{9, 7, {-1, 0, 0, 1, 1, 2, 3, 6, 6, 2, 9}, 4}, {30, 70, RandomTree(90, 7), 20}}},
   };
