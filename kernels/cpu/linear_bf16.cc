@@ -78,9 +78,6 @@ TS_BF16 inline __m512i Load64(const uint16_t* p) {
       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)), 1);
 }
 
-// How far ahead of the chunk being read its weight stream is prefetched.
-constexpr size_t kPrefetchBytes = 16 << 10;
-
 // TR activation rows (C chunks each, rows C apart in `x`) × NR weight rows.
 template <int TR, int NR>
 TS_BF16 __attribute__((always_inline)) inline void Tile(const XChunk* x, int C, int K,
@@ -100,7 +97,7 @@ TS_BF16 __attribute__((always_inline)) inline void Tile(const XChunk* x, int C, 
     for (int j = 0; j < NR; ++j) {
       const uint16_t* p = w + static_cast<int64_t>(j) * K + 32 * c;
       if (c < full) {
-        _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(p) + kWeightPrefetchBytes, _MM_HINT_T0);
         wv[j] = reinterpret_cast<__m512bh>(Load64(p));
       } else {  // the tail: zero beyond K
         const __mmask32 m = static_cast<__mmask32>((1ull << (K - 32 * c)) - 1);

@@ -269,9 +269,6 @@ TS_VNNI __attribute__((always_inline)) inline void GroupDot(const XGroup& x, con
   if (W::kHasMin) acc = _mm512_fmadd_ps(w.m, _mm512_load_ps(x.dsum), acc);
 }
 
-// How far ahead of the group being read its weight stream is prefetched.
-constexpr size_t kPrefetchBytes = 16 << 10;
-
 // TR activation rows (G groups each, rows G apart in `x`) × NR weight rows.
 template <class W, int TR, int NR>
 TS_VNNI __attribute__((always_inline)) inline void Tile(const XGroup* x, int G, int K,
@@ -290,7 +287,7 @@ TS_VNNI __attribute__((always_inline)) inline void Tile(const XGroup* x, int G, 
     for (int j = 0; j < NR; ++j) {
       const uint8_t* p = w + j * row_bytes + g * kGroupBytes;
       for (size_t ahead = 0; ahead < kGroupBytes; ahead += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes + ahead, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(p) + kWeightPrefetchBytes + ahead, _MM_HINT_T0);
       }
       W::template Decode<false>(p, kGroupBytes, g, &wg[j]);
     }

@@ -135,7 +135,7 @@ struct Q4_1W {
 };
 
 // Q4_K: a 32-element chunk is one sub-block of a 256-element block (144
-// bytes; quant_blocks.h's DecodeQ4KBlock): its scale and min from the
+// bytes; core/tensor/kquant.h's DequantizeQ4KBlock): its scale and min from the
 // block's packed 6-bit pairs, its codes one nibble half of 32 code bytes.
 // kChunkBytes is the block's bytes per 32 elements (for the prefetch).
 struct Q4_KW {
@@ -158,9 +158,6 @@ struct Q4_KW {
   }
 };
 
-// How far ahead of the chunk being read its weight stream is prefetched.
-constexpr size_t kPrefetchBytes = 16 << 10;
-
 // Byte offset of the chunk at element k within a row.
 template <class W>
 inline size_t DTypeBytesPerChunk(int k) { return static_cast<size_t>(k / 32) * W::kChunkBytes; }
@@ -177,7 +174,7 @@ TS_AVX512 __attribute__((always_inline)) inline void Chunk(const float* x, const
     // The matrix is one contiguous stream; fetch 16 KiB ahead of it (the
     // hardware prefetcher alone reached about half the plain read bandwidth).
     const char* ahead = reinterpret_cast<const char*>(w + j * row_bytes) +
-                        DTypeBytesPerChunk<W>(k) + kPrefetchBytes;
+                        DTypeBytesPerChunk<W>(k) + kWeightPrefetchBytes;
     _mm_prefetch(ahead, _MM_HINT_T0);
     if (W::kChunkBytes > 64) _mm_prefetch(ahead + 64, _MM_HINT_T0);
     W::template Decode<kTail>(w + j * row_bytes, k, m, wv[j]);
