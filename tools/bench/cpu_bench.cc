@@ -44,6 +44,7 @@
 #include "core/model/llama.h"
 #include "core/util/cli_args.h"
 #include "core/util/status_macros.h"
+#include "kernels/cpu/dense_ops.h"
 
 ABSL_FLAG(std::string, model, "", "HF model directory or .gguf file (treespec side)");
 ABSL_FLAG(std::string, gguf, "", "GGUF of the same weights for llama.cpp (default: --model if .gguf)");
@@ -237,15 +238,13 @@ void PrintTable(const std::string& model, const std::string& gguf, const std::st
 }
 
 // Sums n uint64 at p as the kernels read weights: 64-byte vector loads,
-// prefetched 16 KiB ahead (the scalar fallback where the CPU lacks AVX-512).
+// prefetched kWeightPrefetchBytes ahead (the scalar fallback where the CPU lacks AVX-512).
 __attribute__((target("avx512f"))) uint64_t SumAvx512(const uint64_t* p, size_t n) {
   __m512i acc[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
                     _mm512_setzero_si512()};
   for (size_t i = 0; i + 32 <= n; i += 32) {
-    _mm_prefetch(reinterpret_cast<const char*>(p + i) + (16 << 10), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(p + i) + (16 << 10) + 64, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(p + i) + (16 << 10) + 128, _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(p + i) + (16 << 10) + 192, _MM_HINT_T0);
+    const char* ahead = reinterpret_cast<const char*>(p + i) + cpu::kWeightPrefetchBytes;
+    for (int line = 0; line < 4; ++line) _mm_prefetch(ahead + 64 * line, _MM_HINT_T0);
     for (int j = 0; j < 4; ++j) {
       acc[j] = _mm512_add_epi64(acc[j], _mm512_loadu_si512(p + i + 8 * j));
     }
