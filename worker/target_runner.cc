@@ -182,6 +182,7 @@ std::vector<StepOutcome> TargetRunner::Verify(const std::vector<StepSpec>& steps
   const int64_t t1 = NowNs();
   if (num_verify > 0) {
     NoteVerifyPass(verify_tokens, pass_tokens, verify_attended + piece_attended, t1 - t0);
+    for (Seq* seq : vb.seqs) seq->last_verified = last_verify_at_;
   }
   for (size_t b = 0; b < num_verify; ++b) {
     StepOutcome& o = out[vb.index[b]];

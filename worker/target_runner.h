@@ -158,6 +158,7 @@ class TargetRunner {
     uint64_t seed = 0;
     int64_t max_total = 0;
     bool release_requested = false;  // Release while its Open was prefilling
+    absl::Time last_verified = absl::InfinitePast();  // its last Verify pass
     std::vector<int32_t> feature_layers;
   };
   // A sequence whose prompt is being prefilled: owned by its Open call and
@@ -215,6 +216,8 @@ class TargetRunner {
                                  std::vector<OpenOutcome>* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether Verify passes come often enough to carry the waiting prompts.
   bool StreamsLive() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a sequence still open verified within `d`.
+  bool VerifiedWithin(absl::Duration d) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Duration IdleWait() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Prompt tokens of an Open's own pass (no Verify to ride on).
   int64_t ChunkTokens() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

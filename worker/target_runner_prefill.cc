@@ -27,7 +27,9 @@
 // admission took 1.0-1.6 s with a quarter and 0.4-0.9 s with half, beside
 // three live streams (2 cores, load average 2-3). Before the bound, on a far
 // more loaded machine (load 7-9), a quarter and half were indistinguishable.
-// When no Verify has come for a few step intervals (no live streams), Open
+// When no open sequence has verified for a few step intervals (no live
+// streams: none verified lately, or those that did were released, as when a
+// client sends its next request the moment its last one finished), Open
 // runs passes of its own, at most prefill_chunk_tokens long, sized to half a
 // verify pass while streams were live recently, and lets a waiting Verify go
 // first between them.
@@ -93,10 +95,13 @@ std::vector<OpenOutcome> TargetRunner::Open(const std::vector<OpenSpec>& specs) 
   auto all_done = [&work] {
     return std::all_of(work.begin(), work.end(), [](const Prefill& p) { return p.done; });
   };
+  // Re-evaluated whenever another call releases the lock: a Release of the
+  // last live stream ends the wait at once.
+  auto done_or_idle = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return all_done() || !StreamsLive(); };
   while (!all_done()) {
     if (StreamsLive()) {
       // Verify passes carry the prompt; wake up to take over if they stop.
-      mu_.AwaitWithTimeout(absl::Condition(&all_done), IdleWait());
+      mu_.AwaitWithTimeout(absl::Condition(&done_or_idle), IdleWait());
       continue;
     }
     RunOwnChunk();
@@ -113,7 +118,16 @@ std::vector<OpenOutcome> TargetRunner::Open(const std::vector<OpenSpec>& specs) 
   return out;
 }
 
-bool TargetRunner::StreamsLive() const { return absl::Now() - last_verify_at_ < IdleWait(); }
+bool TargetRunner::StreamsLive() const { return VerifiedWithin(IdleWait()); }
+
+bool TargetRunner::VerifiedWithin(absl::Duration d) const {
+  // A sequence that verified lately but has been released (its stream
+  // ended) carries no prompt: the Open of a client's next request, sent
+  // right after the last one finished, must not wait for its Verify.
+  if (absl::Now() - last_verify_at_ >= d) return false;
+  const absl::Time since = absl::Now() - d;
+  return table_.AnyVisible([since](const Seq& s) { return s.last_verified > since; });
+}
 
 absl::Duration TargetRunner::IdleWait() const {
   // A few step intervals without a Verify mean the streams are gone.
@@ -162,7 +176,7 @@ int64_t TargetRunner::ChunkTokens() const {
   // about half of theirs, so a live step waits for at most half a step.
   constexpr absl::Duration kLive = absl::Milliseconds(250);
   const int64_t most = options_.prefill_chunk_tokens;
-  if (absl::Now() - last_verify_at_ >= kLive) return most;
+  if (!VerifiedWithin(kLive)) return most;
   if (!HasPassFit()) return std::clamp<int64_t>(last_verify_tokens_ / 2, 1, most);
   return PieceTokensWithin(0.5 * last_verify_ns_ * 1e-9 - pass_time_.coefficients()[0], most);
 }

@@ -18,6 +18,7 @@
 // Thread-compatible: callers hold their own lock.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -150,6 +151,12 @@ class SequenceTable {
   }
   int64_t size() const { return static_cast<int64_t>(entries_.size()); }
   const SequenceTableOptions& options() const { return options_; }
+  // Whether pred(value) holds for some published sequence.
+  template <typename Pred>
+  bool AnyVisible(Pred pred) const {
+    return std::any_of(entries_.begin(), entries_.end(),
+                       [&](const auto& e) { return e.second.visible && pred(e.second.value); });
+  }
 
  private:
   struct Entry {

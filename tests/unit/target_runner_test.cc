@@ -18,7 +18,8 @@
 //    one by one gives the tokens of the host computation from all logits,
 //    and fetches fewer rows than the trees have nodes;
 //  - while Verify calls come, pieces of a waiting prompt ride on their
-//    passes, and the opened sequence is the one a plain Open gives.
+//    passes, and the opened sequence is the one a plain Open gives;
+//  - an Open does not wait for the Verify of a stream that was released.
 #include "worker/target_runner.h"
 
 #include <atomic>
@@ -789,6 +790,59 @@ TEST_F(TargetRunnerTest, AShortPromptIsNotQueuedBehindALongOne) {
   EXPECT_EQ(short_opened.first_token, short_alone.first_token);
   // Fed shortest first, the 4-token prompt does not wait for the 200-token one.
   EXPECT_FALSE(long_done_first.load()) << "the short prompt was admitted after the long one";
+}
+
+TEST_F(TargetRunnerTest, AnOpenDoesNotWaitForAStreamThatWasReleased) {
+  // A client's next request is opened right after its last one finished: a
+  // Verify came moments ago, but its sequence is released, so no Verify pass
+  // will carry the new prompt and the Open must prefill at once instead of
+  // waiting for the idle timeout (10-100 ms: three verify intervals; 15 ms
+  // of every request's first token at concurrency 1 on the CPU demo pair).
+  const std::vector<int32_t> live = Prompt(1), next = Prompt(2, 4);
+  const std::vector<int32_t> g = Greedy(live, 8);
+  const OpenOutcome next_alone = OpenOne(9, next);
+  ASSERT_TRUE(next_alone.status.ok()) << next_alone.status;
+  Make();
+  // Verify intervals of 40 ms make the idle timeout its 100 ms maximum.
+  auto stream = [&](uint64_t id) {
+    ASSERT_TRUE(OpenOne(id, live).status.ok());
+    for (uint64_t step = 1; step <= 3; ++step) {
+      if (step > 1) std::this_thread::sleep_for(std::chrono::milliseconds(40));
+      ASSERT_TRUE(StepOne(id, step, TokenTree::Root(g[step - 1])).status.ok());
+    }
+  };
+  using Clock = std::chrono::steady_clock;
+  auto ms_since = [](Clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+  };
+  // Released before the next Open arrives.
+  stream(1);
+  ASSERT_EQ(runner_->Release({1}), 1);
+  const Clock::time_point t0 = Clock::now();
+  const OpenOutcome opened = OpenOne(2, next);
+  const double open_ms = ms_since(t0);
+  ASSERT_TRUE(opened.status.ok()) << opened.status;
+  EXPECT_EQ(opened.first_token, next_alone.first_token);
+  EXPECT_LT(open_ms, 50) << "the Open waited for a Verify of a released sequence";
+  ASSERT_EQ(runner_->Release({2}), 1);
+
+  // Released while the next Open waits for it: the Release ends the wait.
+  stream(3);
+  std::atomic<bool> done{false};
+  OpenOutcome waited;
+  std::thread opener([&] {
+    waited = OpenOne(4, next);
+    done = true;
+  });
+  ASSERT_TRUE(WaitFor([&] { return runner_->Stats().num_sequences == 2; }));
+  EXPECT_FALSE(done.load()) << "the Open did not wait for the live stream's Verify";
+  const Clock::time_point t1 = Clock::now();
+  ASSERT_EQ(runner_->Release({3}), 1);
+  opener.join();
+  const double after_release_ms = ms_since(t1);
+  ASSERT_TRUE(waited.status.ok()) << waited.status;
+  EXPECT_EQ(waited.first_token, next_alone.first_token);
+  EXPECT_LT(after_release_ms, 50) << "the Open kept waiting after the stream was released";
 }
 
 TEST(TargetRunnerOptionsTest, PrefillShareMustBePositiveAndAtMostFour) {
