@@ -210,7 +210,9 @@ void LinearTimeModel::Observe(const std::vector<double>& x, double seconds) {
   ++num_observed_;
   window_.push_back(TimeSample{x, seconds});
   while (static_cast<int32_t>(window_.size()) > options_.window) window_.pop_front();
-  if (++since_refit_ >= options_.refit_every) Refit();
+  const int64_t every =
+      std::max<int64_t>(options_.refit_every, static_cast<int64_t>(window_.size()) / 16);
+  if (++since_refit_ >= every) Refit();
 }
 
 void LinearTimeModel::Refit() {

@@ -113,13 +113,50 @@ int32_t SampleSparse(const SparseDist& dist, double u) {
   return last;
 }
 
+namespace {
+
+// The k largest logits' indices, by logit descending, then index ascending.
+std::vector<int32_t> TopKOrder(const float* logits, int64_t vocab, int k) {
+  std::vector<int32_t> order;
+  if (k > 64) {  // one insertion pass would cost up to k moves per logit
+    order.resize(vocab);
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    order.resize(k);
+    return order;
+  }
+  // One pass keeping the k best in order: a drafter asks for a few children
+  // per node out of the whole vocabulary, so almost every logit fails the
+  // comparison with the k-th best and costs one compare (the partial sort
+  // above was 15% of the CPU demo drafter's time per node).
+  order.resize(k);
+  std::vector<float> best(k);
+  int n = 0;
+  for (int64_t v = 0; v < vocab; ++v) {
+    const float x = logits[v];
+    if (n == k) {
+      if (!(x > best[k - 1])) continue;  // ties keep the lower index
+    } else {
+      ++n;
+    }
+    int i = n - 1;
+    for (; i > 0 && best[i - 1] < x; --i) {
+      best[i] = best[i - 1];
+      order[i] = order[i - 1];
+    }
+    best[i] = x;
+    order[i] = static_cast<int32_t>(v);
+  }
+  return order;
+}
+
+}  // namespace
+
 SparseDist TopKDist(const float* logits, int64_t vocab, int k, float temperature) {
   k = static_cast<int>(std::min<int64_t>(std::max(k, 1), vocab));
-  std::vector<int32_t> order(vocab);
-  std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
+  const std::vector<int32_t> order = TopKOrder(logits, vocab, k);
   const double inv_t = temperature > 0.0f ? 1.0 / temperature : 1.0;
   const double mx = logits[order[0]] * inv_t;
   SparseDist d;

@@ -1,9 +1,11 @@
 // core/spec/sampling: temperature / top-k / top-p (ProcessLogits, also the
 // CPU backend's ProcessLogitsRows) against values worked out by hand and
 // against a brute-force reference written from the definition, not from the
-// implementation; plus Argmax and the inverse-CDF draws.
+// implementation; plus TopKDist (a drafter's children and their q), Argmax
+// and the inverse-CDF draws.
 #include "core/spec/sampling.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -138,6 +140,34 @@ TEST(ProcessLogitsTest, MatchesTheDefinitionOnRandomTiedRows) {
                     " T=" + std::to_string(temperature) + " k=" + std::to_string(top_k) +
                     " p=" + std::to_string(top_p));
     if (HasFailure()) return;
+  }
+}
+
+TEST(TopKDistTest, TheKBestByLogitThenLowerIdWithTheirSoftmax) {
+  // The definition: order the whole vocabulary by logit (descending), ties
+  // by id (ascending); keep the first k; softmax over them at temperature T.
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> level(-5, 5);
+  for (int c = 0; c < 300; ++c) {
+    const int vocab = 1 + c % 200;
+    std::vector<float> logits(vocab);
+    for (float& x : logits) x = 0.25f * level(rng);  // coarse: many ties
+    const int k = std::vector<int>{1, 2, 3, 8, 32, 65, 100, vocab + 5}[c % 8];
+    const float temperature = c % 2 == 0 ? 1.0f : 0.4f;
+    std::vector<int32_t> ids(vocab);
+    for (int v = 0; v < vocab; ++v) ids[v] = v;
+    std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+    ids.resize(std::min(k, vocab));
+    double sum = 0;
+    for (int32_t v : ids) sum += std::exp((logits[v] - logits[ids[0]]) / temperature);
+    const SparseDist d = TopKDist(logits.data(), vocab, k, temperature);
+    ASSERT_EQ(d.tokens, ids) << "case " << c << " V=" << vocab << " k=" << k;
+    ASSERT_EQ(d.probs.size(), ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      EXPECT_NEAR(d.probs[i], std::exp((logits[ids[i]] - logits[ids[0]]) / temperature) / sum,
+                  1e-6)
+          << "case " << c << " rank " << i;
+    }
   }
 }
 
