@@ -20,8 +20,7 @@ ABSL_FLAG(std::string, tokenizer, "",
 ABSL_FLAG(std::string, default_drafter, "", "Drafter for speculation.drafter=auto (default: first)");
 ABSL_FLAG(std::string, default_tree, "auto",
           "Tree shape when a request names none, or auto (planned per step by cost and acceptance)");
-ABSL_FLAG(std::string, bandit_trees,
-          "chain:1;chain:2;chain:3;chain:4;chain:6;2,1,1;2,2,1,1;3,2,2,1,1;3,3,2,1;2,2,2,2;4,2,1",
+ABSL_FLAG(std::string, bandit_trees, treespec::CoordinatorOptions().bandit_trees,
           "Shapes tree=auto chooses among (';'-separated)");
 ABSL_FLAG(int32_t, max_queue, 256, "Requests waiting for admission before RESOURCE_EXHAUSTED");
 ABSL_FLAG(int32_t, max_batch, 64, "Live sequences per (worker, drafter) lane");
