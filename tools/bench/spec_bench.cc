@@ -54,6 +54,8 @@ ABSL_FLAG(std::string, drafters, "mamba=models/demo/mamba-drafter,transformer=mo
 ABSL_FLAG(std::string, trees, "auto;chain:4;3,2,2,1,1",
           "';'-separated tree shapes of the speculative runs (auto: planned per step)");
 ABSL_FLAG(std::string, concurrency, "1,4,16,64", "Concurrent clients per run");
+ABSL_FLAG(std::string, bandit_trees, treespec::CoordinatorOptions().bandit_trees,
+          "The shapes auto chooses among (the coordinator's --bandit_trees)");
 ABSL_FLAG(int32_t, rounds, 1, "Interleaved repetitions of every configuration");
 ABSL_FLAG(int32_t, max_tokens, 128, "Tokens per request");
 ABSL_FLAG(int32_t, requests_per_client, 2, "Requests each client sends in sequence");
@@ -271,6 +273,7 @@ int Main() {
   }
   CoordinatorOptions options;
   options.max_batch = 64;
+  options.bandit_trees = absl::GetFlag(FLAGS_bandit_trees);
   options.default_max_tokens = absl::GetFlag(FLAGS_max_tokens);
   auto coordinator = Coordinator::Create(options, std::move(workers), std::move(drafters),
                                          std::move(*tok));
