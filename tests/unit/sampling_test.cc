@@ -156,7 +156,8 @@ TEST(TopKDistTest, TheKBestByLogitThenLowerIdWithTheirSoftmax) {
     const float temperature = c % 2 == 0 ? 1.0f : 0.4f;
     std::vector<int32_t> ids(vocab);
     for (int v = 0; v < vocab; ++v) ids[v] = v;
-    std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+    std::stable_sort(ids.begin(), ids.end(),
+                     [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
     ids.resize(std::min(k, vocab));
     double sum = 0;
     for (int32_t v : ids) sum += std::exp((logits[v] - logits[ids[0]]) / temperature);
