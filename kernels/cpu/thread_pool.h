@@ -1,6 +1,7 @@
 // ParallelChunks: the CPU kernels' threads. The caller and up to `threads` - 1
-// persistent workers claim chunks [0, chunks) from one atomic counter; the
-// caller returns once every chunk is done.
+// persistent workers each take a contiguous range of chunks [0, chunks) and
+// steal from the back of the others' once theirs is done (thread_pool.cc);
+// the caller returns once every chunk is done.
 //
 // Why not an OpenMP parallel-for: its join waits for every team thread to
 // arrive, so on a machine whose other cores are busy one descheduled thread
