@@ -32,7 +32,7 @@ SUPP=$ROOT/tools/sanitizers
 # ASAN_EXCLUDE= (empty) to run them too.
 ASAN_EXCLUDE=${ASAN_EXCLUDE-DistributionTest\.}
 # The coordinator (lane, step machine, telemetry) and communicator tests.
-TSAN_TESTS="thread_pool_test lane_test lane_ahead_test lane_telemetry_test step_machine_test step_machine_ahead_test comm_test llama_tp_test"
+TSAN_TESTS="thread_pool_test target_runner_test lane_test lane_ahead_test lane_telemetry_test step_machine_test step_machine_ahead_test comm_test llama_tp_test"
 
 bash tools/install_deps.sh sanitize
 
