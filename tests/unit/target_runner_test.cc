@@ -828,6 +828,7 @@ TEST_F(TargetRunnerTest, AnOpenDoesNotWaitForAStreamThatWasReleased) {
 
   // Released while the next Open waits for it: the Release ends the wait.
   stream(3);
+  const Clock::time_point last_verify = Clock::now();
   std::atomic<bool> done{false};
   OpenOutcome waited;
   std::thread opener([&] {
@@ -835,7 +836,11 @@ TEST_F(TargetRunnerTest, AnOpenDoesNotWaitForAStreamThatWasReleased) {
     done = true;
   });
   ASSERT_TRUE(WaitFor([&] { return runner_->Stats().num_sequences == 2; }));
-  EXPECT_FALSE(done.load()) << "the Open did not wait for the live stream's Verify";
+  // Within the idle timeout of the stream's last Verify the Open must wait
+  // (a machine that stalled this thread past it lets the Open go, rightly).
+  if (ms_since(last_verify) < 80) {
+    EXPECT_FALSE(done.load()) << "the Open did not wait for the live stream's Verify";
+  }
   const Clock::time_point t1 = Clock::now();
   ASSERT_EQ(runner_->Release({3}), 1);
   opener.join();
