@@ -7,23 +7,14 @@
 #include "core/tensor/kquant.h"
 
 namespace treespec {
-namespace {
-
-float F16At(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return HalfToFloat(h);
-}
-
-}  // namespace
 
 void DequantizeQ8_0(const uint8_t* b, float* out) {
-  const float d = F16At(b);
+  const float d = HalfAt(b);
   for (int i = 0; i < 32; ++i) out[i] = d * static_cast<float>(static_cast<int8_t>(b[2 + i]));
 }
 
 void DequantizeQ4_0(const uint8_t* b, float* out) {
-  const float d = F16At(b);
+  const float d = HalfAt(b);
   const uint8_t* qs = b + 2;
   for (int j = 0; j < 16; ++j) {
     out[j] = d * static_cast<float>((qs[j] & 0xF) - 8);
@@ -32,8 +23,8 @@ void DequantizeQ4_0(const uint8_t* b, float* out) {
 }
 
 void DequantizeQ4_1(const uint8_t* b, float* out) {
-  const float d = F16At(b);
-  const float m = F16At(b + 2);
+  const float d = HalfAt(b);
+  const float m = HalfAt(b + 2);
   const uint8_t* qs = b + 4;
   for (int j = 0; j < 16; ++j) {
     out[j] = static_cast<float>(qs[j] & 0xF) * d + m;
@@ -44,8 +35,8 @@ void DequantizeQ4_1(const uint8_t* b, float* out) {
 void DequantizeQ4_K(const uint8_t* b, float* out) { DequantizeQ4KBlock(b, out); }
 
 void DequantizeQ5_K(const uint8_t* b, float* out) {
-  const float d = F16At(b);
-  const float dmin = F16At(b + 2);
+  const float d = HalfAt(b);
+  const float dmin = HalfAt(b + 2);
   const uint8_t* scales = b + 4;
   const uint8_t* qh = b + 16;
   const uint8_t* ql = b + 48;
@@ -74,7 +65,7 @@ void DequantizeQ6_K(const uint8_t* b, float* out) {
   const uint8_t* ql = b;
   const uint8_t* qh = b + 128;
   const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
-  const float d = F16At(b + 208);
+  const float d = HalfAt(b + 208);
   for (int n = 0; n < 256; n += 128) {
     for (int l = 0; l < 32; ++l) {
       const int is = l / 16;

@@ -45,6 +45,13 @@ inline uint16_t FloatToBF16(float f) {
 
 float HalfToFloat(uint16_t h);
 uint16_t FloatToHalf(float f);
+// The f16 stored (little-endian, any alignment) at `p`, e.g. a quantised
+// block's scale.
+inline float HalfAt(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return HalfToFloat(h);
+}
 
 // Converts `n` elements of `src` (f32, f16 or bf16) into float32.
 void ConvertToF32(const void* src, DType src_dtype, size_t n, float* dst);

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 
 #include "core/tensor/dtype.h"
 
@@ -30,9 +29,7 @@ inline void ScaleMinK4(int j, const uint8_t* q, uint8_t* sc, uint8_t* mn) {
 // d·sc_j·nibble − dmin·mn_j, its nibbles the low (j even) or high (j odd)
 // halves of code bytes 32·(j / 2) .. + 31.
 inline void DequantizeQ4KBlock(const uint8_t* b, float* out) {
-  uint16_t h[2];
-  std::memcpy(h, b, 4);
-  const float d = HalfToFloat(h[0]), dmin = HalfToFloat(h[1]);
+  const float d = HalfAt(b), dmin = HalfAt(b + 2);
   for (int j = 0; j < 8; ++j) {
     uint8_t sc, mn;
     ScaleMinK4(j, b + 4, &sc, &mn);

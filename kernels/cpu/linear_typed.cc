@@ -171,8 +171,7 @@ TS_AVX512 __attribute__((always_inline)) inline void Chunk(const float* x, const
   __m512 wv[NR][2];
 #pragma GCC unroll 8
   for (int j = 0; j < NR; ++j) {
-    // The matrix is one contiguous stream; fetch 16 KiB ahead of it (the
-    // hardware prefetcher alone reached about half the plain read bandwidth).
+    // The matrix is one contiguous stream; fetch kWeightPrefetchBytes ahead.
     const char* ahead = reinterpret_cast<const char*>(w + j * row_bytes) +
                         DTypeBytesPerChunk<W>(k) + kWeightPrefetchBytes;
     _mm_prefetch(ahead, _MM_HINT_T0);

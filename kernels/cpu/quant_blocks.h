@@ -13,27 +13,21 @@
 
 namespace treespec::cpu {
 
-inline float LoadHalf(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return HalfToFloat(h);
-}
-
 // out[0 .. DTypeBlockSize(type)) = the weights of the block at `b`.
 inline void DecodeBlock(DType type, const uint8_t* b, float* out) {
   if (type == DType::kQ4_K) {
     DequantizeQ4KBlock(b, out);  // core/tensor/kquant.h
   } else if (type == DType::kQ8_0) {
-    const float d = LoadHalf(b);
+    const float d = HalfAt(b);
     for (int j = 0; j < 32; ++j) out[j] = d * static_cast<float>(static_cast<int8_t>(b[2 + j]));
   } else if (type == DType::kQ4_0) {
-    const float d = LoadHalf(b);
+    const float d = HalfAt(b);
     for (int j = 0; j < 16; ++j) {
       out[j] = d * static_cast<float>((b[2 + j] & 0x0f) - 8);
       out[j + 16] = d * static_cast<float>((b[2 + j] >> 4) - 8);
     }
   } else {  // kQ4_1
-    const float d = LoadHalf(b), m = LoadHalf(b + 2);
+    const float d = HalfAt(b), m = HalfAt(b + 2);
     for (int j = 0; j < 16; ++j) {
       out[j] = d * static_cast<float>(b[4 + j] & 0x0f) + m;
       out[j + 16] = d * static_cast<float>(b[4 + j] >> 4) + m;
