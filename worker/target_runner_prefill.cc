@@ -124,8 +124,8 @@ bool TargetRunner::VerifiedWithin(absl::Duration d) const {
   // A sequence that verified lately but has been released (its stream
   // ended) carries no prompt: the Open of a client's next request, sent
   // right after the last one finished, must not wait for its Verify.
-  if (absl::Now() - last_verify_at_ >= d) return false;
   const absl::Time since = absl::Now() - d;
+  if (last_verify_at_ <= since) return false;  // nobody verified since
   return table_.AnyVisible([since](const Seq& s) { return s.last_verified > since; });
 }
 
