@@ -136,8 +136,8 @@ absl::Status TargetRunner::CheckStep(const StepSpec& step, const Seq& seq,
   return ValidateVerifyMode(mode, seq.sampling);
 }
 
-void TargetRunner::NoteVerifyPass(int64_t verify_tokens, int64_t pass_tokens, double attended,
-                                  int64_t ns) {
+void TargetRunner::NoteVerifyPass(int64_t verify_tokens, double verify_attended,
+                                  int64_t pass_tokens, double attended, int64_t ns) {
   const absl::Time now = absl::Now();
   if (last_verify_at_ != absl::InfinitePast()) {
     const double interval = absl::ToDoubleSeconds(now - last_verify_at_);
@@ -146,8 +146,19 @@ void TargetRunner::NoteVerifyPass(int64_t verify_tokens, int64_t pass_tokens, do
   }
   last_verify_tokens_ = verify_tokens;
   last_verify_ns_ = ns;
-  if (pass_tokens == verify_tokens) {
-    plain_pass_s_ = plain_pass_s_ > 0 ? 0.9 * plain_pass_s_ + 0.1 * ns * 1e-9 : ns * 1e-9;
+  // The streams' pace follows their trees, not only the passes that carried
+  // no piece: while prompts keep arriving every pass carries one, and a pace
+  // frozen at a smaller batch's held each piece to one token, so the batch
+  // could not grow back (issue 11: at 64 clients, 25 of 64 sequences live
+  // and 0.8 s to the first token).
+  double trees_s = -1;
+  if (HasPassFit()) {
+    trees_s = pass_time_.Predict({1.0, static_cast<double>(verify_tokens), verify_attended});
+  } else if (pass_tokens == verify_tokens) {
+    trees_s = ns * 1e-9;
+  }
+  if (trees_s > 0) {
+    streams_pass_s_ = streams_pass_s_ > 0 ? 0.9 * streams_pass_s_ + 0.1 * trees_s : trees_s;
   }
   last_verify_at_ = now;
   ObservePass(pass_tokens, attended, ns);
@@ -171,7 +182,10 @@ std::vector<StepOutcome> TargetRunner::Verify(const std::vector<StepSpec>& steps
   }
   // Waiting prompts ride on this pass (target_runner_prefill.cc).
   std::vector<Prefill*> pieces;
-  if (num_verify > 0) pieces = TakePieces(FusedTokens(verify_tokens, verify_attended), &batch);
+  if (num_verify > 0) {
+    pieces = TakePieces(
+        FusedTokens(static_cast<int64_t>(num_verify), verify_tokens, verify_attended), &batch);
+  }
   const double piece_attended = PiecesAttended(pieces, batch, num_verify);
   ForwardOptions options = VerifyOptions(vb, pieces);
   int64_t pass_tokens = 0;
@@ -181,7 +195,8 @@ std::vector<StepOutcome> TargetRunner::Verify(const std::vector<StepSpec>& steps
   absl::Status st = batch.empty() ? absl::OkStatus() : model_->Forward(batch, &fo, options);
   const int64_t t1 = NowNs();
   if (num_verify > 0) {
-    NoteVerifyPass(verify_tokens, pass_tokens, verify_attended + piece_attended, t1 - t0);
+    NoteVerifyPass(verify_tokens, verify_attended, pass_tokens, verify_attended + piece_attended,
+                   t1 - t0);
     for (Seq* seq : vb.seqs) seq->last_verified = last_verify_at_;
   }
   for (size_t b = 0; b < num_verify; ++b) {

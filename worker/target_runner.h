@@ -221,10 +221,13 @@ class TargetRunner {
   absl::Duration IdleWait() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Prompt tokens of an Open's own pass (no Verify to ride on).
   int64_t ChunkTokens() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Prompt tokens a Verify pass of `verify_tokens` tree nodes carries, which
-  // attend `verify_attended` positions in all (Attended).
-  int64_t FusedTokens(int64_t verify_tokens, double verify_attended) const
+  // Prompt tokens a Verify pass of `streams` sequences' `verify_tokens` tree
+  // nodes carries, which attend `verify_attended` positions in all (Attended).
+  int64_t FusedTokens(int64_t streams, int64_t verify_tokens, double verify_attended) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The share of a pass its piece may add: prefill_share, times the waiting
+  // prompts per live stream when they outnumber the streams.
+  double PieceShare(int64_t streams) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Positions attended by `n` tokens appended after `before` cached ones
   // (causal: the k-th, from 0, attends before + k + 1): the pass-time fit's
   // context feature.
@@ -260,7 +263,8 @@ class TargetRunner {
   // Records a Verify pass of `verify_tokens` tree nodes, `pass_tokens` in all
   // (prompt pieces included) attending `attended` positions, that took `ns`:
   // the step interval, the last pass, the pass-time model.
-  void NoteVerifyPass(int64_t verify_tokens, int64_t pass_tokens, double attended, int64_t ns)
+  void NoteVerifyPass(int64_t verify_tokens, double verify_attended, int64_t pass_tokens,
+                      double attended, int64_t ns)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Feeds the pass-time model with a forward pass of `tokens` tokens that
   // attended `attended` positions in all.
@@ -282,9 +286,12 @@ class TargetRunner {
   int64_t last_verify_ns_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_verify_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   double verify_interval_s_ ABSL_GUARDED_BY(mu_) = 0;
-  // EMA of the time of Verify passes that carried no prompt piece: the live
-  // streams' pace before an admission (target_runner_prefill.cc).
-  double plain_pass_s_ ABSL_GUARDED_BY(mu_) = 0;
+  // EMA of the time the Verify passes' trees alone take, every pass with or
+  // without a prompt piece (the fit's prediction for the trees; before the
+  // fit, the measured time of passes that carried no piece): the live
+  // streams' usual pace, which a piece may exceed by prefill_share
+  // (target_runner_prefill.cc).
+  double streams_pass_s_ ABSL_GUARDED_BY(mu_) = 0;
   LinearTimeModel pass_time_ ABSL_GUARDED_BY(mu_);
 };
 

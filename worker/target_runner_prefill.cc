@@ -14,8 +14,10 @@
 // prefill_share to the pass: a live stream's step takes at most about
 // 1 + prefill_share times as long during the admission, whatever the prompt
 // length. The bound is also held against the streams' usual pace: the pass
-// with its piece may take at most 1 + prefill_share times the recent passes
-// that carried no piece (an EMA of their measured times), so a step whose
+// with its piece may take at most 1 + prefill_share times what the recent
+// passes' trees alone take (an EMA over every pass of the fit's prediction
+// for its trees; it was once the measured time of passes that carried no
+// piece, which froze while prompts kept arriving), so a step whose
 // trees are already large for the streams (speculative trees vary in size
 // from step to step) carries a smaller piece, down to one token, instead of
 // half again its own time: in prefill_stall_test the streams' steps with
@@ -181,26 +183,43 @@ int64_t TargetRunner::ChunkTokens() const {
   return PieceTokensWithin(0.5 * last_verify_ns_ * 1e-9 - pass_time_.coefficients()[0], most);
 }
 
-int64_t TargetRunner::FusedTokens(int64_t verify_tokens, double verify_attended) const {
-  // The piece may add options_.prefill_share of the pass the trees alone
-  // would take, as the fit predicts it. Without a fit the fixed part of a
-  // pass is taken as 0 and a prompt token as dear as a tree token (n = share
-  // * v holds the bound for any pass time that grows at most linearly in the
-  // tokens and their context). Pass times are noisy, so a piece never
-  // exceeds 4 * share * v tokens, which bounds the damage of a wrong fit.
+double TargetRunner::PieceShare(int64_t streams) const {
+  // Growing a pass by d delays each of its S streams by d; the pieces it
+  // carries bring forward the first tokens of the W sequences waiting. The
+  // streams' total delay per pass may be share * pass for each of
+  // max(S, W) sequences: with fewer prompts waiting than streams (a long
+  // prompt beside live streams, prefill_stall_test) the bound is
+  // prefill_share as before; with many (a burst of short requests, or
+  // clients that all finished together) the batch refills in a few passes
+  // instead of one token a pass.
+  int64_t waiting = 0;
+  for (const Prefill* p : prefilling_) waiting += p->done ? 0 : 1;
+  const double per_stream =
+      static_cast<double>(waiting) / static_cast<double>(std::max<int64_t>(1, streams));
+  return options_.prefill_share * std::max(1.0, per_stream);
+}
+
+int64_t TargetRunner::FusedTokens(int64_t streams, int64_t verify_tokens,
+                                  double verify_attended) const {
+  // The piece may add PieceShare of the pass the trees alone would take, as
+  // the fit predicts it. Without a fit the fixed part of a pass is taken as
+  // 0 and a prompt token as dear as a tree token (n = share * v holds the
+  // bound for any pass time that grows at most linearly in the tokens and
+  // their context). Pass times are noisy, so a piece never exceeds
+  // 4 * share * v tokens, which bounds the damage of a wrong fit.
   const double v = static_cast<double>(verify_tokens);
-  const int64_t most = std::clamp<int64_t>(static_cast<int64_t>(4 * options_.prefill_share * v),
-                                           1, options_.prefill_chunk_tokens);
-  if (!HasPassFit()) {
-    return std::clamp<int64_t>(static_cast<int64_t>(options_.prefill_share * v), 1, most);
-  }
+  const double share = PieceShare(streams);
+  const int64_t most = std::clamp<int64_t>(static_cast<int64_t>(4 * share * v), 1,
+                                           options_.prefill_chunk_tokens);
+  if (!HasPassFit()) return std::clamp<int64_t>(static_cast<int64_t>(share * v), 1, most);
   const double verify_s = pass_time_.Predict({1.0, v, verify_attended});
-  double budget = options_.prefill_share * verify_s;
+  double budget = share * verify_s;
   // Nor may the pass exceed 1 + prefill_share times the streams' usual pass
-  // (before the admission): a pass whose trees are already large for them
-  // carries a smaller piece, or one token when they alone pass that bound.
-  if (plain_pass_s_ > 0) {
-    budget = std::min(budget, (1 + options_.prefill_share) * plain_pass_s_ - verify_s);
+  // (an EMA of what their trees take): a pass whose trees are already large
+  // for them carries a smaller piece, or one token when they alone pass that
+  // bound.
+  if (streams_pass_s_ > 0) {
+    budget = std::min(budget, (1 + share) * streams_pass_s_ - verify_s);
   }
   return PieceTokensWithin(budget, most);
 }

@@ -19,7 +19,9 @@
 //    and fetches fewer rows than the trees have nodes;
 //  - while Verify calls come, pieces of a waiting prompt ride on their
 //    passes, and the opened sequence is the one a plain Open gives;
-//  - an Open does not wait for the Verify of a stream that was released.
+//  - an Open does not wait for the Verify of a stream that was released;
+//  - the pieces grow with the batch they ride on, and with the number of
+//    prompts waiting per live stream.
 #include "worker/target_runner.h"
 
 #include <atomic>
@@ -848,6 +850,133 @@ TEST_F(TargetRunnerTest, AnOpenDoesNotWaitForAStreamThatWasReleased) {
   ASSERT_TRUE(waited.status.ok()) << waited.status;
   EXPECT_EQ(waited.first_token, next_alone.first_token);
   EXPECT_LT(after_release_ms, 50) << "the Open kept waiting after the stream was released";
+}
+
+// A target whose every forward pass takes fixed + per_token * tokens (the
+// real pass, then a sleep for the rest), so that the pass times, and the
+// runner's fit of them, are the test's and not the machine's.
+class PacedModel final : public SequenceModel {
+ public:
+  PacedModel(SequenceModel* inner, double fixed_ms, double per_token_ms)
+      : inner_(inner), fixed_ms_(fixed_ms), per_token_ms_(per_token_ms) {}
+  const ModelInfo& info() const override { return inner_->info(); }
+  absl::StatusOr<int64_t> Open(int64_t capacity) override { return inner_->Open(capacity); }
+  absl::Status Forward(const std::vector<ForwardSeq>& seqs, ForwardOutput* out,
+                       const ForwardOptions& options) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    size_t tokens = 0;
+    for (const ForwardSeq& s : seqs) tokens += s.tokens.size();
+    absl::Status st = inner_->Forward(seqs, out, options);
+    std::this_thread::sleep_until(
+        t0 + std::chrono::duration<double, std::milli>(fixed_ms_ + per_token_ms_ * tokens));
+    return st;
+  }
+  absl::Status Commit(int64_t h, int64_t n) override { return inner_->Commit(h, n); }
+  absl::Status CommitPath(int64_t h, const std::vector<int32_t>& path) override {
+    return inner_->CommitPath(h, path);
+  }
+  void Release(int64_t h) override { inner_->Release(h); }
+  int64_t length(int64_t h) const override { return inner_->length(h); }
+  SequenceModelStats stats() const override { return inner_->stats(); }
+
+ private:
+  SequenceModel* const inner_;
+  const double fixed_ms_, per_token_ms_;
+};
+
+// Live streams decoding plainly (root-only trees of their last token).
+struct Streams {
+  std::vector<uint64_t> ids;
+  std::vector<int32_t> pending;
+  std::vector<uint64_t> steps;
+
+  void Open(TargetRunner* runner, uint64_t first_id, int n) {
+    std::vector<OpenSpec> specs;
+    for (int i = 0; i < n; ++i) specs.push_back({first_id + i, Prompt(i + 40), {}, 0, 160});
+    for (const OpenOutcome& o : runner->Open(specs)) {
+      ASSERT_TRUE(o.status.ok()) << o.status;
+      ids.push_back(o.id);
+      pending.push_back(o.first_token);
+      steps.push_back(1);
+    }
+  }
+  // One Verify call for the first `n` streams (all by default).
+  void Verify(TargetRunner* runner, size_t n = SIZE_MAX) {
+    std::vector<StepSpec> specs;
+    for (size_t i = 0; i < std::min(n, ids.size()); ++i) {
+      StepSpec s;
+      s.id = ids[i];
+      s.step = steps[i];
+      s.tree = TokenTree::Root(pending[i]);
+      specs.push_back(std::move(s));
+    }
+    std::vector<StepOutcome> out = runner->Verify(specs, nullptr);
+    for (size_t i = 0; i < out.size(); ++i) {
+      ASSERT_TRUE(out[i].status.ok()) << out[i].status;
+      pending[i] = out[i].tokens.back();
+      ++steps[i];
+    }
+  }
+};
+
+// Verify passes of `streams` until the Open of `specs` (on another thread)
+// returns; how many passes that took.
+int PassesUntilOpened(TargetRunner* runner, Streams* streams, std::vector<OpenSpec> specs) {
+  std::atomic<bool> done{false};
+  std::vector<OpenOutcome> opened;
+  const int64_t before = runner->Stats().num_sequences;
+  std::thread opener([&] {
+    opened = runner->Open(specs);
+    done = true;
+  });
+  EXPECT_TRUE(WaitFor([&] {
+    return runner->Stats().num_sequences == before + static_cast<int64_t>(specs.size());
+  }));
+  int passes = 0;
+  while (!done.load() && passes < 400) {
+    streams->Verify(runner);
+    ++passes;
+  }
+  opener.join();
+  for (const OpenOutcome& o : opened) EXPECT_TRUE(o.status.ok()) << o.status;
+  return passes;
+}
+
+TEST_F(TargetRunnerTest, PromptPiecesGrowWithTheBatchTheyRideOn) {
+  // The bound on a pass with a piece follows what the streams' trees take.
+  // It once followed only the passes that carried no piece: while prompts
+  // kept arriving none came, the bound stayed at a smaller batch's pass, and
+  // every piece was one token (spec_bench, 64 clients: 25 of 64 sequences
+  // live, 0.8 s to the first token).
+  Make(1024);
+  PacedModel paced(model_.get(), /*fixed_ms=*/1.0, /*per_token_ms=*/0.25);
+  TargetRunner runner(&paced, {.max_context = 256, .max_tree_nodes = 16});
+  Streams streams;
+  streams.Open(&runner, 1, 16);
+  for (int i = 0; i < 30; ++i) streams.Verify(&runner, 1 + i % 2);  // 1.25-1.5 ms passes
+  // Now all sixteen verify (5 ms passes) while a prompt is admitted: a
+  // quarter of the pass is 1.25 ms, 4-5 prompt tokens of 0.25 ms once the
+  // bound has followed; the old one (1.25 x 1.4 ms - 5 ms < 0) fed one
+  // token a pass, 60 passes.
+  const int passes = PassesUntilOpened(&runner, &streams, {{100, Prompt(7, 60), {}, 0, 200}});
+  EXPECT_LT(passes, 40) << "a 60-token prompt took " << passes << " passes";
+}
+
+TEST_F(TargetRunnerTest, ManyWaitingPromptsAreAdmittedInAFewPasses) {
+  // Twelve prompts waiting beside two streams: the pieces may add a quarter
+  // of the pass for each waiting prompt per stream (six at first, fewer as
+  // they are admitted: 8 tokens a pass, then fewer; about 26 passes in all),
+  // not a quarter in all, which fed one token a pass (a 1.5 ms pass,
+  // 0.25 ms per token: 72 passes).
+  PacedModel paced(model_.get(), /*fixed_ms=*/1.0, /*per_token_ms=*/0.25);
+  TargetRunner runner(&paced, {.max_context = 256, .max_tree_nodes = 16});
+  Streams streams;
+  streams.Open(&runner, 1, 2);
+  for (int i = 0; i < 20; ++i) streams.Verify(&runner, 1 + i % 2);  // passes of 1 and 2 tokens
+  std::vector<OpenSpec> specs;
+  for (int i = 0; i < 12; ++i) specs.push_back({100u + i, Prompt(i + 60, 6), {}, 0, 64});
+  const int passes = PassesUntilOpened(&runner, &streams, specs);
+  EXPECT_LE(passes, 36) << "12 prompts of 6 tokens took " << passes << " passes";
 }
 
 TEST(TargetRunnerOptionsTest, PrefillShareMustBePositiveAndAtMostFour) {

@@ -126,6 +126,9 @@ struct RunResult {
   double cpu_ms = 0;     // the coordinator's step-path CPU per step (LaneStepStats::loop_cpu_ns)
   double ahead_hit = 0;  // draft-ahead hits / steps whose candidates were asked for
   double wait_ms = 0;    // per step, the wait for draft-ahead candidates after the Verify
+  double batch = 0;      // sequences per lane step (the requests' steps / the lanes' steps)
+  double ttft_ms = 0;    // mean time from receipt to the first token
+  double total_ms = 0;   // mean time from receipt to the last token
   int64_t tokens = 0;
 };
 
@@ -137,6 +140,7 @@ RunResult Run(Coordinator* coordinator, const std::string& drafter, const std::s
               int clients, int max_tokens, int per_client) {
   const LaneStepStats before = coordinator->TotalStats();
   std::atomic<int64_t> tokens{0}, steps{0}, accepted{0}, ahead_steps{0}, ahead_hits{0};
+  std::atomic<int64_t> requests{0}, ttft_ns{0}, total_ns{0};
   const char* prompts[] = {"Once upon a time, there was a little", "One day, a boy named Tom",
                            "The sun was shining and", "Lily and her mom went to the",
                            "There was a big red ball in", "A little bird wanted to"};
@@ -168,6 +172,9 @@ RunResult Run(Coordinator* coordinator, const std::string& drafter, const std::s
               accepted += chunk.speculation().accepted_tokens();
               ahead_steps += chunk.speculation().draft_ahead_steps();
               ahead_hits += chunk.speculation().draft_ahead_hits();
+              requests += 1;
+              ttft_ns += chunk.timings().ttft_ns();
+              total_ns += chunk.timings().total_ns();
             }
             continue;
           }
@@ -190,6 +197,9 @@ RunResult Run(Coordinator* coordinator, const std::string& drafter, const std::s
   r.mean_accepted = steps.load() > 0 ? static_cast<double>(accepted.load() + steps.load()) / steps.load() : 1.0;
   const double n = std::max<int64_t>(1, after.steps - before.steps);
   r.step_ms = (after.loop_ns - before.loop_ns) / n / 1e6;
+  r.batch = steps.load() / n;
+  r.ttft_ms = requests.load() > 0 ? ttft_ns.load() / 1e6 / requests.load() : 0.0;
+  r.total_ms = requests.load() > 0 ? total_ns.load() / 1e6 / requests.load() : 0.0;
   r.draft_ms = (after.drafter_reported_ns - before.drafter_reported_ns) / n / 1e6;
   r.verify_ms = (after.worker_forward_ns - before.worker_forward_ns) / n / 1e6;
   r.other_ms = r.step_ms - r.draft_ms - r.verify_ms;
@@ -294,10 +304,10 @@ int Main() {
     }
   }
   const int rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
-  std::printf("\n%-12s %-11s %5s %10s %8s %9s %9s %9s %11s %8s %7s %8s %8s %7s %6s %7s %7s\n",
+  std::printf("\n%-12s %-11s %5s %10s %8s %9s %9s %9s %11s %8s %7s %8s %8s %7s %6s %7s %7s %6s %8s %8s\n",
               "drafter", "tree", "conc", "tokens/s", "speedup", "accepted", "step ms", "draft ms",
               "verify ms", "other ms", "rpc ms", "handler", "coord ms", "min x", "ahead", "wait ms",
-              "cpu ms");
+              "cpu ms", "batch", "ttft ms", "req ms");
   for (int c : conc) {
     // Warm-up, untimed: every configuration once with short requests, so no
     // timed run pays a process's first use of a batch size (lazy CUDA graph
@@ -333,6 +343,9 @@ int Main() {
         mean.ahead_hit += r.ahead_hit / rounds;
         mean.wait_ms += r.wait_ms / rounds;
         mean.cpu_ms += r.cpu_ms / rounds;
+        mean.batch += r.batch / rounds;
+        mean.ttft_ms += r.ttft_ms / rounds;
+        mean.total_ms += r.total_ms / rounds;
         ratios.push_back(r.tokens_per_s / runs[0][round].tokens_per_s);
       }
       std::sort(ratios.begin(), ratios.end());
@@ -341,11 +354,11 @@ int Main() {
       std::snprintf(lo, sizeof(lo), "%.2fx", ratios.front());
       std::printf(
           "%-12s %-11s %5d %10.1f %8s %9.2f %9.2f %9.2f %11.2f %8.2f %7.2f %8.2f %8.2f %7s %5.0f%% "
-          "%7.2f %7.3f\n",
+          "%7.2f %7.3f %6.1f %8.1f %8.1f\n",
           configs[k].first.c_str(), configs[k].second.c_str(), c, mean.tokens_per_s, sp,
           mean.mean_accepted, mean.step_ms, mean.draft_ms, mean.verify_ms, mean.other_ms,
           mean.rpc_ms, mean.handler_ms, mean.coord_ms, lo, 100 * mean.ahead_hit, mean.wait_ms,
-          mean.cpu_ms);
+          mean.cpu_ms, mean.batch, mean.ttft_ms, mean.total_ms);
     }
     std::fflush(stdout);
   }
