@@ -42,6 +42,39 @@ __attribute__((target("avx512f"))) inline __m512 Silu(__m512 x) {
   return _mm512_mul_ps(x, _mm512_div_ps(num, _mm512_add_ps(one, e)));
 }
 
+// log1p(y) for y in [0, 1]: u = 1 + y as m·2^k with m in [√½, √2],
+// log m = 2·atanh(s), s = (m − 1)/(m + 1), |s| <= 0.1716, by its series to
+// s^9 (truncation below 3e-9 relative), then scaled by y / (u − 1), which
+// undoes the rounding of 1 + y (Goldberg's log1p; u − 1 is exact), with
+// log1p(y) = y where 1 + y rounds to 1.
+__attribute__((target("avx512f"))) inline __m512 Log1pUnit(__m512 y) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 u = _mm512_add_ps(one, y);
+  const __mmask16 big = _mm512_cmp_ps_mask(u, _mm512_set1_ps(1.41421356f), _CMP_GT_OQ);
+  const __m512 m = _mm512_mask_mul_ps(u, big, u, _mm512_set1_ps(0.5f));
+  const __m512 s = _mm512_div_ps(_mm512_sub_ps(m, one), _mm512_add_ps(m, one));
+  const __m512 s2 = _mm512_mul_ps(s, s);
+  __m512 p = _mm512_set1_ps(1.0f / 9.0f);
+  p = _mm512_fmadd_ps(p, s2, _mm512_set1_ps(1.0f / 7.0f));
+  p = _mm512_fmadd_ps(p, s2, _mm512_set1_ps(1.0f / 5.0f));
+  p = _mm512_fmadd_ps(p, s2, _mm512_set1_ps(1.0f / 3.0f));
+  p = _mm512_fmadd_ps(p, s2, one);
+  __m512 log_u = _mm512_mul_ps(_mm512_add_ps(s, s), p);
+  log_u = _mm512_mask_add_ps(log_u, big, log_u, _mm512_set1_ps(0.693147181f));
+  const __m512 um1 = _mm512_sub_ps(u, one);
+  const __mmask16 exact = _mm512_cmp_ps_mask(um1, _mm512_setzero_ps(), _CMP_EQ_OQ);
+  const __m512 scaled = _mm512_mul_ps(log_u, _mm512_div_ps(y, _mm512_mask_blend_ps(exact, um1, one)));
+  return _mm512_mask_blend_ps(exact, scaled, y);
+}
+
+// torch.nn.functional.softplus (beta 1, threshold 20): x above 20, else
+// log1p(exp(x)) = max(x, 0) + log1p(exp(−|x|)).
+__attribute__((target("avx512f"))) inline __m512 Softplus(__m512 x) {
+  const __m512 e = ExpNonPositive(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(x)));
+  const __m512 sp = _mm512_add_ps(_mm512_max_ps(x, _mm512_setzero_ps()), Log1pUnit(e));
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(20.0f), _CMP_GT_OQ), sp, x);
+}
+
 inline bool HaveAvx512F() {
   static const bool have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
   return have;
