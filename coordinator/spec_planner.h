@@ -180,6 +180,8 @@ class SpecPlanner {
   // found that no tree pays: the lane then decodes plainly, and the step
   // machine sends its auto sequences no catch-ups (StepMachine::PlanCatchUps).
   bool prefers_plain() const { return prefers_plain_; }
+  // The most sequences a check step taken while plain speculates for.
+  int check_max_sequences() const { return options_.check_max_sequences; }
 
   const VerifyCostModel& verify() const { return verify_; }
   const DraftCostModel& draft() const { return draft_; }

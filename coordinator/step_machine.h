@@ -8,6 +8,8 @@
 //                  worker Open returns and joins the steps once its drafter
 //                  Open has returned too (whatever the outcome), so its trees —
 //                  and a seeded sample — never depend on which Open was faster.
+//                  (While no tree pays, most greedy auto sequences open no
+//                  drafter state; PlanDrafterOpens opens them later.)
 //   PlanDrafts   → one draft item per sequence that gets a tree this step
 //   ApplyDrafts  ← per item: status, node count, root token, validity
 //   PlanVerify   → one verify item per live sequence (drafted or root-only)
@@ -266,6 +268,13 @@ class StepMachine {
                       const absl::StatusOr<std::vector<WorkerOpenReply>>& replies,
                       Clock::time_point now);
   // Live sequences without drafter state that should (re)open on the drafter.
+  // While the planner finds that no tree pays, greedy auto sequences are
+  // opened on the drafter only while fewer than its check_max_sequences have
+  // drafter state: the others would be drafter work (prefill, release) for
+  // trees nobody drafts — a drafter whose drafts are useless cost 3-6% of
+  // plain decoding's rate at 4-16 clients on the CPU that way. Once trees
+  // pay again (a check found it, or the load fell), they open with their
+  // whole context and decode plainly until the Open returns.
   std::vector<DrafterOpenItem> PlanDrafterOpens(Clock::time_point now);
   // The drafter cannot be tried now: sequences waiting for their first
   // drafter Open step without it (they re-open later).
@@ -346,6 +355,10 @@ class StepMachine {
   void Commit(Seq* s, const VerifyReply& r);
   std::optional<TreeShape> ChooseShape(Seq* s);
   void PlanAuto();
+  // Whether `s` opens no drafter state now: while the planner finds that no
+  // tree pays, only a check's worth of greedy auto sequences keep drafter
+  // state (see PlanDrafterOpens).
+  bool DefersDrafter(const Seq& s) const;
   // This step's draft request of `s`, or none (its record says why).
   std::optional<DraftItem> DraftItemFor(Seq* s);
   // Draft-ahead (step_machine_ahead.cc): the index of `s`'s candidate for

@@ -51,7 +51,7 @@ StepMachine::Admission StepMachine::Admit(std::vector<std::shared_ptr<RequestSta
     a.worker_tel.push_back(s->tel);
     if (options_.has_drafter && g.drafter != "none") {
       s->drafter = Seq::Drafter::kClosed;
-      if (drafter_may_try) {
+      if (drafter_may_try && !DefersDrafter(*s)) {
         s->drafter_first_open = true;
         // A drafter reading the target's features (EAGLE) is opened once the
         // worker's prefill returned the prompt's (PlanDrafterOpens).
@@ -114,13 +114,27 @@ std::vector<DrafterOpenItem> StepMachine::PlanDrafterOpens(Clock::time_point now
   for (auto& s : seqs_) {
     if (s->done || s->worker != Seq::Worker::kLive) continue;
     if (s->drafter != Seq::Drafter::kClosed && s->drafter != Seq::Drafter::kStale) continue;
-    if (now < s->drafter_retry_at || s->catching_up) continue;
+    if (now < s->drafter_retry_at || s->catching_up || DefersDrafter(*s)) continue;
     const bool stale = s->drafter == Seq::Drafter::kStale;
     s->drafter = Seq::Drafter::kOpening;
     s->drafter_open_len = s->tokens.size() - 1;
     items.push_back({s->id, std::vector<int32_t>(s->tokens.begin(), s->tokens.end() - 1), stale});
   }
   return items;
+}
+
+bool StepMachine::DefersDrafter(const Seq& s) const {
+  const GenerationRequest& g = s.req->request();
+  if (!g.auto_tree || !options_.plan_auto || g.sampling.temperature > 0 || s.bandit.has_value() ||
+      !planner_->Ready() || !planner_->prefers_plain()) {
+    return false;
+  }
+  int64_t with_state = 0;
+  for (const auto& o : seqs_) {
+    if (o->done || !o->req->request().auto_tree) continue;
+    with_state += o->drafter == Seq::Drafter::kOpening || o->drafter == Seq::Drafter::kOpen;
+  }
+  return with_state >= planner_->check_max_sequences();
 }
 
 void StepMachine::DrafterUnavailable() {

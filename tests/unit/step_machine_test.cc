@@ -367,6 +367,68 @@ TEST(StepMachineCatchUpTest, NoCatchUpsWhileNoTreePays) {
   EXPECT_LE(drafted, 8) << "probes, and a check or two at most";
 }
 
+TEST(StepMachineDeferTest, WhileNoTreePaysOnlyACheckOfSequencesOpensOnTheDrafter) {
+  // Drafting costs a second a call: the planner settles on plain decoding.
+  VerifyCostModel::Coefficients v;
+  v.per_step = 1e-3;
+  v.per_token = 1e-5;
+  StepMachineOptions o;
+  uint64_t next_id = 10;
+  o.next_sequence_id = [&next_id] { return next_id++; };
+  o.verify_profile = *VerifyCostModel::FromCoefficients(v);
+  o.draft_profile = *DraftCostModel::FromCoefficients({1.0, 0.0, 0.0, 0.0});
+  StepMachine m(o);
+  auto request = [](float temperature) {
+    GenerationRequest g;
+    g.prompt = {1, 2};
+    g.max_tokens = 200;
+    g.drafter = "d";
+    g.auto_tree = true;
+    g.sampling.temperature = temperature;
+    return std::make_shared<RequestState>(g, Clock::now(), std::nullopt);
+  };
+  StepMachine::Admission first = m.Admit({request(0)}, Clock::now(), true);
+  ASSERT_EQ(first.drafter.size(), 1u) << "before any plan the drafter is opened";
+  m.OnWorkerOpened({10}, std::vector<WorkerOpenReply>{{absl::OkStatus(), 100}}, Clock::now());
+  m.OnDrafterOpened({10}, std::vector<absl::Status>{absl::OkStatus()}, Clock::now());
+  int32_t next = 101;
+  for (int i = 0; i < 20; ++i) {
+    std::vector<DraftItem> d = m.PlanDrafts();
+    std::vector<DraftReply> replies(
+        d.size(), DraftReply{absl::OkStatus(), absl::OkStatus(), 3, next - 1, {-1, 0, 1}, false, 1000});
+    m.ApplyDrafts(replies);
+    ASSERT_EQ(m.PlanVerify().size(), 1u);
+    m.ApplyVerify(std::vector<VerifyReply>{{absl::OkStatus(), {next++}, 0}});
+    m.OnStepTimes(d.empty() ? 0.0 : 1.0, 1e-3, 1.1e-3, d.empty() ? 1.1e-3 : 1.0011, 0.0);
+  }
+  ASSERT_TRUE(m.planner().prefers_plain());
+  const int most = m.planner().check_max_sequences();
+  // Twelve greedy arrivals: drafter state for the check's worth only (one
+  // sequence has it already); a sampled one (its own bandit) opens anyway.
+  std::vector<std::shared_ptr<RequestState>> arrivals;
+  for (int i = 0; i < 12; ++i) arrivals.push_back(request(0));
+  arrivals.push_back(request(0.8f));
+  StepMachine::Admission a = m.Admit(arrivals, Clock::now(), true);
+  EXPECT_EQ(static_cast<int>(a.drafter.size()), most - 1 + 1);
+  EXPECT_EQ(a.drafter.back().id, 10u + 13) << "the sampled request is opened";
+  ASSERT_EQ(a.worker.size(), 13u);
+  std::vector<uint64_t> ids;
+  for (const WorkerOpenItem& w : a.worker) ids.push_back(w.id);
+  m.OnWorkerOpened(ids, std::vector<WorkerOpenReply>(13, {absl::OkStatus(), 100}), Clock::now());
+  EXPECT_TRUE(m.PlanDrafterOpens(Clock::now()).empty())
+      << "the deferred sequences stay without drafter state while plain pays";
+  // The deferred ones step at once (plainly): all thirteen are verified
+  // beside the first, though only the opened ones' drafter Opens returned.
+  std::vector<uint64_t> opened;
+  for (const DrafterOpenItem& d : a.drafter) opened.push_back(d.id);
+  m.OnDrafterOpened(opened, std::vector<absl::Status>(opened.size(), absl::OkStatus()),
+                    Clock::now());
+  m.ApplyDrafts(std::vector<DraftReply>(m.PlanDrafts().size(),
+                                        DraftReply{absl::OkStatus(), absl::OkStatus(), 1, 0,
+                                                   {-1}, false, 1000}));
+  EXPECT_EQ(m.PlanVerify().size(), 14u);
+}
+
 TEST(StepMachineProfileTest, StartUpProfilesBecomeThePlannersPriors) {
   VerifyCostModel::Coefficients v;
   v.per_step = 2e-3;
