@@ -296,6 +296,28 @@ TEST_F(LaneTest, AutoWithAUselessDrafterStopsCallingIt) {
   EXPECT_NEAR(sp.planned_committed_tokens(), 1.0, 1e-9);
 }
 
+TEST_F(LaneTest, WhileAUselessDrafterLosesFewSequencesOpenOnIt) {
+  drafter_.mode = FakeDrafter::Mode::kUseless;
+  Start();
+  Outcome first = Collect(Submit(Request({4}, 300, "d", "auto")).get());
+  ASSERT_TRUE(first.status.ok()) << first.status;
+  const int opened = drafter_.num_opened();
+  // The planner now decodes plainly: of sixteen concurrent requests only a
+  // check's worth (8) get drafter state, and all stream the plain output.
+  // (Slow steps, so that none ends before the last is admitted: a finished
+  // one's drafter state no longer counts.)
+  worker_.verify_delay_ms = 1;
+  std::vector<std::shared_ptr<RequestState>> rs;
+  for (int i = 0; i < 16; ++i) rs.push_back(Submit(Request({5 + i}, 80, "d", "auto")));
+  for (int i = 0; i < 16; ++i) {
+    Outcome o = Collect(rs[i].get());
+    ASSERT_TRUE(o.status.ok()) << o.status;
+    EXPECT_EQ(o.ids, FakeReference({5 + i}, 80)) << "request " << i;
+  }
+  EXPECT_LE(drafter_.num_opened() - opened, 8);
+  EXPECT_GE(drafter_.num_opened() - opened, 1) << "checks keep a few sequences drafting";
+}
+
 TEST_F(LaneTest, SampledAutoRequestsKeepTheirReproducibleBandit) {
   Start();
   v1::GenerateRequest r = Request({4}, 60, "d", "auto");
