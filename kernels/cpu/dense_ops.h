@@ -36,8 +36,15 @@ void LinearTypedPortable(const float* x, const void* w, DType wtype, int T, int 
 // LinearTypedHasSimd().
 void LinearTypedF32Fma(const float* x, const void* w, DType wtype, int T, int K, int N,
                        float* out, int threads = 1);
-// Whether LinearTyped has a SIMD path for `wtype` on this CPU (else portable).
+// Whether this CPU has LinearTypedF32Fma's AVX-512 (else LinearTyped takes
+// the AVX2 path below where the CPU has it, or the portable one).
 bool LinearTypedHasSimd(DType wtype);
+// The path for CPUs with AVX2, FMA and F16C but not AVX-512
+// (linear_typed_avx2.cc; exposed for tests and benchmarks, which may run it
+// on an AVX-512 CPU too): every weight type decoded to f32, eight lanes.
+void LinearTypedAvx2(const float* x, const void* w, DType wtype, int T, int K, int N,
+                     float* out, int threads);
+bool LinearTypedAvx2HasSimd();
 // How many threads (<= `threads`) a [T, K] x [N, K] product is split over.
 int LinearParts(int T, int K, int N, int threads);
 // Calls fn(n0, n1) for ranges of output columns covering [0, N) (starts at

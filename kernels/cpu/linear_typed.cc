@@ -339,7 +339,11 @@ void LinearTyped(const float* x, const void* w, DType wtype, int T, int K, int N
     return;
   }
   if (!HaveAvx512()) {
-    LinearTypedPortable(x, w, wtype, T, K, N, out, threads);
+    if (LinearTypedAvx2HasSimd()) {
+      LinearTypedAvx2(x, w, wtype, T, K, N, out, threads);  // linear_typed_avx2.cc
+    } else {
+      LinearTypedPortable(x, w, wtype, T, K, N, out, threads);
+    }
     return;
   }
   if (wtype == DType::kBF16 && LinearBf16HasSimd()) {

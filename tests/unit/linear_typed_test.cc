@@ -4,7 +4,8 @@
 // same row inside a batch, and 1 thread equals 2, bit for bit — on each path
 // this CPU has: the integer path (AVX-512 VNNI; its reference uses the
 // activations as it rounds them, and a looser bound the true activations),
-// the bf16 path (AVX-512 BF16), the f32-FMA AVX-512 path, and the portable
+// the bf16 path (AVX-512 BF16), the f32-FMA AVX-512 path, the f32-FMA AVX2
+// path (CPUs without AVX-512; also run on those with it), and the portable
 // path. The scalar decoders the references use (quant_blocks.h) against the
 // GGUF dequantiser, which its own tests check against the gguf library's
 // blocks. Also the CPU backend's weight-type spec.
@@ -166,6 +167,11 @@ TEST(LinearTypedTest, SimdPathMatchesDequantisedF32AndIsBatchInvariant) {
     GTEST_SKIP() << "no AVX-512 on this CPU (f32 then takes linear.cc's AVX2 kernel)";
   }
   CheckKernel(&cpu::LinearTypedF32Fma, "avx512-f32fma");
+}
+
+TEST(LinearTypedTest, Avx2PathMatchesDequantisedF32AndIsBatchInvariant) {
+  if (!cpu::LinearTypedAvx2HasSimd()) GTEST_SKIP() << "no AVX2, FMA and F16C on this CPU";
+  CheckKernel(&cpu::LinearTypedAvx2, "avx2-f32fma");
 }
 
 TEST(LinearTypedTest, PortablePathMatchesDequantisedF32AndIsBatchInvariant) {

@@ -7,6 +7,7 @@
 //
 //   build/bin/linear_bench [--shapes 576x576,1536x576,576x1536,49152x576]
 //       [--types q4_1,q8_0,q4_k,f16] [--rows 1,64] [--threads 1,2]
+//       [--path auto|avx2|portable]
 //
 // A shape is NxK (output columns x input length); types whose blocks do not
 // divide K are skipped.
@@ -31,6 +32,9 @@ ABSL_FLAG(std::string, rows, "1,64", "Activation rows T (1: decode)");
 ABSL_FLAG(std::string, threads, "1,2", "Thread counts");
 ABSL_FLAG(int32_t, pool_mib, 256, "Bytes of matrix copies cycled through");
 ABSL_FLAG(double, min_seconds, 0.3, "Time spent per cell");
+ABSL_FLAG(std::string, path, "auto",
+          "auto (what LinearTyped picks on this CPU), avx2 (the path of CPUs without AVX-512, "
+          "run here) or portable");
 
 namespace treespec {
 namespace {
@@ -69,6 +73,21 @@ std::vector<uint8_t> RandomBytes(size_t n, std::mt19937* rng) {
 
 int Main() {
   const std::vector<int> rows = Ints("rows", absl::GetFlag(FLAGS_rows));
+  using Kernel = void (*)(const float*, const void*, DType, int, int, int, float*, int);
+  const std::string path = absl::GetFlag(FLAGS_path);
+  Kernel kernel = &cpu::LinearTyped;
+  if (path == "avx2") {
+    if (!cpu::LinearTypedAvx2HasSimd()) {
+      std::fprintf(stderr, "linear_bench: --path avx2: this CPU has no AVX2, FMA and F16C\n");
+      return 1;
+    }
+    kernel = &cpu::LinearTypedAvx2;
+  } else if (path == "portable") {
+    kernel = &cpu::LinearTypedPortable;
+  } else if (path != "auto") {
+    std::fprintf(stderr, "linear_bench: --path '%s' is not auto, avx2 or portable\n", path.c_str());
+    return 1;
+  }
   const std::vector<int> threads = Ints("threads", absl::GetFlag(FLAGS_threads));
   const size_t pool = static_cast<size_t>(absl::GetFlag(FLAGS_pool_mib)) << 20;
   std::mt19937 rng(1);
@@ -105,7 +124,7 @@ int Main() {
           double secs = 0;
           while (secs < absl::GetFlag(FLAGS_min_seconds)) {
             for (int i = 0; i < 16; ++i, ++calls, c = (c + 1) % copies) {
-              cpu::LinearTyped(x.data(), w.data() + c * bytes, type, T, K, N, out.data(), th);
+              kernel(x.data(), w.data() + c * bytes, type, T, K, N, out.data(), th);
             }
             secs = std::chrono::duration<double>(Clock::now() - t0).count();
           }
