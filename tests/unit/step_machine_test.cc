@@ -16,6 +16,17 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Prompt {1, 2}, drafter "d", tree "auto".
+std::shared_ptr<RequestState> AutoRequest(float temperature, int max_tokens) {
+  GenerationRequest g;
+  g.prompt = {1, 2};
+  g.max_tokens = max_tokens;
+  g.drafter = "d";
+  g.auto_tree = true;
+  g.sampling.temperature = temperature;
+  return std::make_shared<RequestState>(g, Clock::now(), std::nullopt);
+}
+
 class StepMachineTest : public ::testing::Test {
  protected:
   StepMachineTest() {
@@ -38,15 +49,8 @@ class StepMachineTest : public ::testing::Test {
   }
   // Prompt {1, 2}, 40 tokens, drafter "d", tree "auto".
   std::shared_ptr<RequestState> AutoReq(float temperature) {
-    GenerationRequest g;
-    g.prompt = {1, 2};
-    g.max_tokens = 40;
-    g.drafter = "d";
-    g.auto_tree = true;
-    g.sampling.temperature = temperature;
-    auto r = std::make_shared<RequestState>(g, Clock::now(), std::nullopt);
-    reqs_.push_back(r);
-    return r;
+    reqs_.push_back(AutoRequest(temperature, 40));
+    return reqs_.back();
   }
   static absl::Status Popped(RequestState* r, std::vector<int32_t>* ids) {
     v1::GenerateResponse c;
@@ -378,15 +382,7 @@ TEST(StepMachineDeferTest, WhileNoTreePaysOnlyACheckOfSequencesOpensOnTheDrafter
   o.verify_profile = *VerifyCostModel::FromCoefficients(v);
   o.draft_profile = *DraftCostModel::FromCoefficients({1.0, 0.0, 0.0, 0.0});
   StepMachine m(o);
-  auto request = [](float temperature) {
-    GenerationRequest g;
-    g.prompt = {1, 2};
-    g.max_tokens = 200;
-    g.drafter = "d";
-    g.auto_tree = true;
-    g.sampling.temperature = temperature;
-    return std::make_shared<RequestState>(g, Clock::now(), std::nullopt);
-  };
+  auto request = [](float temperature) { return AutoRequest(temperature, 200); };
   StepMachine::Admission first = m.Admit({request(0)}, Clock::now(), true);
   ASSERT_EQ(first.drafter.size(), 1u) << "before any plan the drafter is opened";
   m.OnWorkerOpened({10}, std::vector<WorkerOpenReply>{{absl::OkStatus(), 100}}, Clock::now());

@@ -490,19 +490,15 @@ TEST_F(TargetRunnerTest, ChunkedPrefillEqualsOnePass) {
   EXPECT_EQ(s.tokens, (std::vector<int32_t>{ga[1], ga[2], ga[3]}));
 }
 
-// Passes calls through to a real model; chain passes (prefill chunks) are
-// counted and slowed down once `slow` is set.
-class SlowPrefill final : public SequenceModel {
+// A SequenceModel that passes every call through to a real one; the
+// wrappers below change Forward only.
+class ForwardingModel : public SequenceModel {
  public:
-  explicit SlowPrefill(SequenceModel* inner) : inner_(inner) {}
+  explicit ForwardingModel(SequenceModel* inner) : inner_(inner) {}
   const ModelInfo& info() const override { return inner_->info(); }
   absl::StatusOr<int64_t> Open(int64_t capacity) override { return inner_->Open(capacity); }
   absl::Status Forward(const std::vector<ForwardSeq>& seqs, ForwardOutput* out,
                        const ForwardOptions& options) override {
-    if (slow && !seqs.empty() && seqs[0].parents.empty()) {
-      ++chunks;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
     return inner_->Forward(seqs, out, options);
   }
   absl::Status Commit(int64_t h, int64_t n) override { return inner_->Commit(h, n); }
@@ -513,11 +509,26 @@ class SlowPrefill final : public SequenceModel {
   int64_t length(int64_t h) const override { return inner_->length(h); }
   SequenceModelStats stats() const override { return inner_->stats(); }
 
+ protected:
+  SequenceModel* const inner_;
+};
+
+// Passes calls through to a real model; chain passes (prefill chunks) are
+// counted and slowed down once `slow` is set.
+class SlowPrefill final : public ForwardingModel {
+ public:
+  explicit SlowPrefill(SequenceModel* inner) : ForwardingModel(inner) {}
+  absl::Status Forward(const std::vector<ForwardSeq>& seqs, ForwardOutput* out,
+                       const ForwardOptions& options) override {
+    if (slow && !seqs.empty() && seqs[0].parents.empty()) {
+      ++chunks;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return inner_->Forward(seqs, out, options);
+  }
+
   std::atomic<bool> slow{false};
   std::atomic<int> chunks{0};
-
- private:
-  SequenceModel* const inner_;
 };
 
 bool WaitFor(const std::function<bool()>& condition) {
@@ -584,12 +595,10 @@ TEST_F(TargetRunnerTest, ReleaseDuringOpenCancelsIt) {
 // and returned. With `host_logits`, ForwardOptions::row_sampling is dropped, so
 // the model returns every logits row to the host (the path of models that do
 // not keep rows on the device).
-class RecordingModel final : public SequenceModel {
+class RecordingModel final : public ForwardingModel {
  public:
   RecordingModel(SequenceModel* inner, bool host_logits)
-      : inner_(inner), host_logits_(host_logits) {}
-  const ModelInfo& info() const override { return inner_->info(); }
-  absl::StatusOr<int64_t> Open(int64_t capacity) override { return inner_->Open(capacity); }
+      : ForwardingModel(inner), host_logits_(host_logits) {}
   absl::Status Forward(const std::vector<ForwardSeq>& seqs, ForwardOutput* out,
                        const ForwardOptions& options) override {
     ForwardOptions o = options;
@@ -611,20 +620,12 @@ class RecordingModel final : public SequenceModel {
     }
     return st;
   }
-  absl::Status Commit(int64_t h, int64_t n) override { return inner_->Commit(h, n); }
-  absl::Status CommitPath(int64_t h, const std::vector<int32_t>& path) override {
-    return inner_->CommitPath(h, path);
-  }
-  void Release(int64_t h) override { inner_->Release(h); }
-  int64_t length(int64_t h) const override { return inner_->length(h); }
-  SequenceModelStats stats() const override { return inner_->stats(); }
 
   int64_t mixed_passes = 0;
   int64_t tree_rows = 0;     // tree rows of passes that kept their rows on the device
   int64_t fetched_rows = 0;  // rows brought back through fetch_probs
 
  private:
-  SequenceModel* const inner_;
   const bool host_logits_;
 };
 
@@ -855,12 +856,10 @@ TEST_F(TargetRunnerTest, AnOpenDoesNotWaitForAStreamThatWasReleased) {
 // A target whose every forward pass takes fixed + per_token * tokens (the
 // real pass, then a sleep for the rest), so that the pass times, and the
 // runner's fit of them, are the test's and not the machine's.
-class PacedModel final : public SequenceModel {
+class PacedModel final : public ForwardingModel {
  public:
   PacedModel(SequenceModel* inner, double fixed_ms, double per_token_ms)
-      : inner_(inner), fixed_ms_(fixed_ms), per_token_ms_(per_token_ms) {}
-  const ModelInfo& info() const override { return inner_->info(); }
-  absl::StatusOr<int64_t> Open(int64_t capacity) override { return inner_->Open(capacity); }
+      : ForwardingModel(inner), fixed_ms_(fixed_ms), per_token_ms_(per_token_ms) {}
   absl::Status Forward(const std::vector<ForwardSeq>& seqs, ForwardOutput* out,
                        const ForwardOptions& options) override {
     const auto t0 = std::chrono::steady_clock::now();
@@ -871,16 +870,8 @@ class PacedModel final : public SequenceModel {
         t0 + std::chrono::duration<double, std::milli>(fixed_ms_ + per_token_ms_ * tokens));
     return st;
   }
-  absl::Status Commit(int64_t h, int64_t n) override { return inner_->Commit(h, n); }
-  absl::Status CommitPath(int64_t h, const std::vector<int32_t>& path) override {
-    return inner_->CommitPath(h, path);
-  }
-  void Release(int64_t h) override { inner_->Release(h); }
-  int64_t length(int64_t h) const override { return inner_->length(h); }
-  SequenceModelStats stats() const override { return inner_->stats(); }
 
  private:
-  SequenceModel* const inner_;
   const double fixed_ms_, per_token_ms_;
 };
 
