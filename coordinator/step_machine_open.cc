@@ -129,9 +129,12 @@ bool StepMachine::DefersDrafter(const Seq& s) const {
       !planner_->Ready() || !planner_->prefers_plain()) {
     return false;
   }
+  // Planned sequences with drafter state (sampled ones keep their own
+  // bandit and never take part in the planner's checks).
   int64_t with_state = 0;
   for (const auto& o : seqs_) {
-    if (o->done || !o->req->request().auto_tree) continue;
+    const GenerationRequest& og = o->req->request();
+    if (o->done || !og.auto_tree || og.sampling.temperature > 0 || o->bandit.has_value()) continue;
     with_state += o->drafter == Seq::Drafter::kOpening || o->drafter == Seq::Drafter::kOpen;
   }
   return with_state >= planner_->check_max_sequences();

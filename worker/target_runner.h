@@ -260,9 +260,10 @@ class TargetRunner {
   // One pass of prompt pieces alone.
   void RunOwnChunk() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailOpen(Prefill* p, absl::Status st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Records a Verify pass of `verify_tokens` tree nodes, `pass_tokens` in all
-  // (prompt pieces included) attending `attended` positions, that took `ns`:
-  // the step interval, the last pass, the pass-time model.
+  // Records a Verify pass of `verify_tokens` tree nodes attending
+  // `verify_attended` positions, `pass_tokens` in all (prompt pieces
+  // included) attending `attended`, that took `ns`: the step interval, the
+  // last pass, the streams' pace, the pass-time model.
   void NoteVerifyPass(int64_t verify_tokens, double verify_attended, int64_t pass_tokens,
                       double attended, int64_t ns)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -289,7 +290,7 @@ class TargetRunner {
   // EMA of the time the Verify passes' trees alone take, every pass with or
   // without a prompt piece (the fit's prediction for the trees; before the
   // fit, the measured time of passes that carried no piece): the live
-  // streams' usual pace, which a piece may exceed by prefill_share
+  // streams' usual pace, which a pass with a piece may exceed by PieceShare
   // (target_runner_prefill.cc).
   double streams_pass_s_ ABSL_GUARDED_BY(mu_) = 0;
   LinearTimeModel pass_time_ ABSL_GUARDED_BY(mu_);

@@ -214,10 +214,9 @@ int64_t TargetRunner::FusedTokens(int64_t streams, int64_t verify_tokens,
   if (!HasPassFit()) return std::clamp<int64_t>(static_cast<int64_t>(share * v), 1, most);
   const double verify_s = pass_time_.Predict({1.0, v, verify_attended});
   double budget = share * verify_s;
-  // Nor may the pass exceed 1 + prefill_share times the streams' usual pass
-  // (an EMA of what their trees take): a pass whose trees are already large
-  // for them carries a smaller piece, or one token when they alone pass that
-  // bound.
+  // Nor may the pass exceed 1 + share times the streams' usual pass (an EMA
+  // of what their trees take): a pass whose trees are already large for them
+  // carries a smaller piece, or one token when they alone pass that bound.
   if (streams_pass_s_ > 0) {
     budget = std::min(budget, (1 + share) * streams_pass_s_ - verify_s);
   }

@@ -28,7 +28,8 @@ namespace {
 
 #define TS_AVX2 __attribute__((target("avx2,fma,f16c")))
 
-TS_AVX2 inline float HalfToFloat(const uint8_t* p) {
+// The f16 at `p` by the F16C instruction (dtype.h's HalfAt converts in software).
+TS_AVX2 inline float F16cHalfAt(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, 2);
   return _cvtsh_ss(h);
@@ -80,7 +81,7 @@ struct Q8_0W2 {
   TS_AVX2 static inline void Decode(const uint8_t* row, int k, int s, __m256* w) {
     const uint8_t* b = row + (k / 32) * 34;
     const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 + 16 * s));
-    Widen(q, true, _mm256_set1_ps(HalfToFloat(b)), _mm256_setzero_ps(), w);
+    Widen(q, true, _mm256_set1_ps(F16cHalfAt(b)), _mm256_setzero_ps(), w);
   }
 };
 
@@ -95,7 +96,7 @@ struct Q4_0W2 {
   TS_AVX2 static inline void Decode(const uint8_t* row, int k, int s, __m256* w) {
     const uint8_t* b = row + (k / 32) * 18;
     const __m128i q = _mm_sub_epi8(Nibbles(b + 2, s), _mm_set1_epi8(8));
-    Widen(q, true, _mm256_set1_ps(HalfToFloat(b)), _mm256_setzero_ps(), w);
+    Widen(q, true, _mm256_set1_ps(F16cHalfAt(b)), _mm256_setzero_ps(), w);
   }
 };
 
@@ -103,8 +104,8 @@ struct Q4_1W2 {
   static constexpr size_t kChunkBytes = 20, kElemBytes = 0;
   TS_AVX2 static inline void Decode(const uint8_t* row, int k, int s, __m256* w) {
     const uint8_t* b = row + (k / 32) * 20;
-    Widen(Nibbles(b + 4, s), false, _mm256_set1_ps(HalfToFloat(b)),
-          _mm256_set1_ps(HalfToFloat(b + 2)), w);
+    Widen(Nibbles(b + 4, s), false, _mm256_set1_ps(F16cHalfAt(b)),
+          _mm256_set1_ps(F16cHalfAt(b + 2)), w);
   }
 };
 
@@ -118,10 +119,12 @@ struct Q4_KW2 {
     const int j = (k % 256) / 32;
     uint8_t sc, mn;
     ScaleMinK4(j, b + 4, &sc, &mn);
-    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 16 + 32 * (j / 2) + 16 * s));
-    const __m128i codes = _mm_and_si128(j % 2 == 0 ? q : _mm_srli_epi16(q, 4), _mm_set1_epi8(0x0f));
-    Widen(codes, false, _mm256_set1_ps(HalfToFloat(b) * static_cast<float>(sc)),
-          _mm256_set1_ps(-(HalfToFloat(b + 2) * static_cast<float>(mn))), w);
+    const uint8_t* p = b + 16 + 32 * (j / 2) + 16 * s;
+    const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i codes =
+        _mm_and_si128(j % 2 == 0 ? q : _mm_srli_epi16(q, 4), _mm_set1_epi8(0x0f));
+    Widen(codes, false, _mm256_set1_ps(F16cHalfAt(b) * static_cast<float>(sc)),
+          _mm256_set1_ps(-(F16cHalfAt(b + 2) * static_cast<float>(mn))), w);
   }
 };
 
@@ -193,7 +196,8 @@ TS_AVX2 __attribute__((always_inline)) inline void Tile(const float* x, const ui
 template <class W>
 TS_AVX2 void Columns(const float* x, const uint8_t* w, size_t row_bytes, int T, int K, int N,
                      int n0, int n1, float* out) {
-  const int nb_rows = std::max<int>(4, static_cast<int>((24 << 10) / std::max<size_t>(1, row_bytes)));
+  const int nb_rows =
+      std::max<int>(4, static_cast<int>((24 << 10) / std::max<size_t>(1, row_bytes)));
   for (int nb = n0; nb < n1; nb += nb_rows) {
     const int ne = std::min(n1, nb + nb_rows);
     int t = 0;

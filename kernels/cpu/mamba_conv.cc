@@ -1,8 +1,8 @@
 // Mamba's depthwise causal convolution for one sequence on the CPU. With
 // AVX-512 the SiLU of each token's C outputs runs sixteen at a time
-// (simd_exp.h; the scalar std::exp per channel was most of the kernel), the
-// same whatever L, so a token's outputs do not depend on its batch or on
-// prefill against step.
+// (simd_exp.h; a scalar std::exp per channel before), the same whatever L,
+// so a token's outputs do not depend on its batch or on prefill against
+// step.
 #include <cmath>
 
 #include "kernels/cpu/mamba_ops.h"

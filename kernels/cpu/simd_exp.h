@@ -1,7 +1,8 @@
 // exp(x) for x <= 0 in AVX-512, sixteen lanes at a time, shared by the
 // kernels whose exponentials were scalar std::exp calls: attention's softmax
 // (x = score − max), the Mamba scan's decay (x = dt·A with dt > 0, A < 0) and
-// the MLP's SiLU (x = −|gate|).
+// the MLP's SiLU (x = −|gate|); with a log1p, also the scan's step sizes
+// (softplus).
 //
 // x = n·ln2 + r with n = round(x / ln2), |r| <= ln2 / 2 (ln2 split in a high
 // and a low part so r keeps its low bits), exp(r) by Cephes' degree-5
@@ -63,7 +64,8 @@ __attribute__((target("avx512f"))) inline __m512 Log1pUnit(__m512 y) {
   log_u = _mm512_mask_add_ps(log_u, big, log_u, _mm512_set1_ps(0.693147181f));
   const __m512 um1 = _mm512_sub_ps(u, one);
   const __mmask16 exact = _mm512_cmp_ps_mask(um1, _mm512_setzero_ps(), _CMP_EQ_OQ);
-  const __m512 scaled = _mm512_mul_ps(log_u, _mm512_div_ps(y, _mm512_mask_blend_ps(exact, um1, one)));
+  const __m512 ratio = _mm512_div_ps(y, _mm512_mask_blend_ps(exact, um1, one));
+  const __m512 scaled = _mm512_mul_ps(log_u, ratio);
   return _mm512_mask_blend_ps(exact, scaled, y);
 }
 

@@ -390,9 +390,9 @@ TEST(StepMachineDeferTest, WhileNoTreePaysOnlyACheckOfSequencesOpensOnTheDrafter
   int32_t next = 101;
   for (int i = 0; i < 20; ++i) {
     std::vector<DraftItem> d = m.PlanDrafts();
-    std::vector<DraftReply> replies(
-        d.size(), DraftReply{absl::OkStatus(), absl::OkStatus(), 3, next - 1, {-1, 0, 1}, false, 1000});
-    m.ApplyDrafts(replies);
+    const DraftReply chain{absl::OkStatus(), absl::OkStatus(), 3, next - 1, {-1, 0, 1}, false,
+                           1000};
+    m.ApplyDrafts(std::vector<DraftReply>(d.size(), chain));
     ASSERT_EQ(m.PlanVerify().size(), 1u);
     m.ApplyVerify(std::vector<VerifyReply>{{absl::OkStatus(), {next++}, 0}});
     m.OnStepTimes(d.empty() ? 0.0 : 1.0, 1e-3, 1.1e-3, d.empty() ? 1.1e-3 : 1.0011, 0.0);

@@ -863,16 +863,33 @@ class PacedModel final : public ForwardingModel {
   absl::Status Forward(const std::vector<ForwardSeq>& seqs, ForwardOutput* out,
                        const ForwardOptions& options) override {
     const auto t0 = std::chrono::steady_clock::now();
-    size_t tokens = 0;
-    for (const ForwardSeq& s : seqs) tokens += s.tokens.size();
+    size_t tokens = 0, piece_tokens = 0;
+    bool trees = false;
+    for (const ForwardSeq& s : seqs) {
+      tokens += s.tokens.size();
+      // Verify trees have parents; prompt pieces are chains.
+      if (s.parents.empty()) piece_tokens += s.tokens.size();
+      trees |= !s.parents.empty();
+    }
     absl::Status st = inner_->Forward(seqs, out, options);
     std::this_thread::sleep_until(
         t0 + std::chrono::duration<double, std::milli>(fixed_ms_ + per_token_ms_ * tokens));
+    if (trees) {
+      absl::MutexLock lock(&mu_);
+      pieces_.push_back(static_cast<int>(piece_tokens));
+    }
     return st;
+  }
+  // Prompt tokens carried by each Verify pass so far.
+  std::vector<int> pieces() {
+    absl::MutexLock lock(&mu_);
+    return pieces_;
   }
 
  private:
   const double fixed_ms_, per_token_ms_;
+  absl::Mutex mu_;
+  std::vector<int> pieces_ ABSL_GUARDED_BY(mu_);
 };
 
 // Live streams decoding plainly (root-only trees of their last token).
@@ -933,6 +950,15 @@ int PassesUntilOpened(TargetRunner* runner, Streams* streams, std::vector<OpenSp
   return passes;
 }
 
+// The mean prompt tokens carried by Verify passes [from, to) of `paced`.
+double MeanPiece(PacedModel* paced, size_t from, size_t to) {
+  const std::vector<int> p = paced->pieces();
+  EXPECT_GE(p.size(), to);
+  double sum = 0;
+  for (size_t i = from; i < std::min(to, p.size()); ++i) sum += p[i];
+  return sum / static_cast<double>(std::max<size_t>(1, to - from));
+}
+
 TEST_F(TargetRunnerTest, PromptPiecesGrowWithTheBatchTheyRideOn) {
   // The bound on a pass with a piece follows what the streams' trees take.
   // It once followed only the passes that carried no piece: while prompts
@@ -945,29 +971,42 @@ TEST_F(TargetRunnerTest, PromptPiecesGrowWithTheBatchTheyRideOn) {
   Streams streams;
   streams.Open(&runner, 1, 16);
   for (int i = 0; i < 30; ++i) streams.Verify(&runner, 1 + i % 2);  // 1.25-1.5 ms passes
-  // Now all sixteen verify (5 ms passes) while a prompt is admitted: a
-  // quarter of the pass is 1.25 ms, 4-5 prompt tokens of 0.25 ms once the
-  // bound has followed; the old one (1.25 x 1.4 ms - 5 ms < 0) fed one
-  // token a pass, 60 passes.
-  const int passes = PassesUntilOpened(&runner, &streams, {{100, Prompt(7, 60), {}, 0, 200}});
-  EXPECT_LT(passes, 40) << "a 60-token prompt took " << passes << " passes";
+  // Now all sixteen verify (5 ms passes) while a long prompt is admitted.
+  // Once the bound has followed them (an EMA: 20 passes), a quarter of a
+  // pass is 1.25 ms, about 4 prompt tokens of 0.25 ms; the old bound
+  // (1.25 x 1.4 ms - 5 ms < 0) gave one token a pass.
+  const size_t before = paced.pieces().size();
+  std::atomic<bool> done{false};
+  std::thread opener([&] {
+    EXPECT_TRUE(runner.Open({{100, Prompt(7, 200), {}, 0, 230}})[0].status.ok());
+    done = true;
+  });
+  ASSERT_TRUE(WaitFor([&] { return runner.Stats().num_sequences == 17; }));
+  for (int i = 0; i < 40; ++i) streams.Verify(&runner);
+  const double mean = MeanPiece(&paced, before + 20, before + 40);
+  for (int i = 0; i < 400 && !done.load(); ++i) streams.Verify(&runner);
+  opener.join();
+  EXPECT_GE(mean, 2.0) << "prompt tokens per pass once the batch had grown";
 }
 
 TEST_F(TargetRunnerTest, ManyWaitingPromptsAreAdmittedInAFewPasses) {
   // Twelve prompts waiting beside two streams: the pieces may add a quarter
-  // of the pass for each waiting prompt per stream (six at first, fewer as
-  // they are admitted: 8 tokens a pass, then fewer; about 26 passes in all),
-  // not a quarter in all, which fed one token a pass (a 1.5 ms pass,
-  // 0.25 ms per token: 72 passes).
+  // of the pass for each waiting prompt per stream (six at first: about 8
+  // tokens of 0.25 ms on a 1.5 ms pass), not a quarter in all, which fed one
+  // token a pass (72 passes for the 72 tokens).
   PacedModel paced(model_.get(), /*fixed_ms=*/1.0, /*per_token_ms=*/0.25);
   TargetRunner runner(&paced, {.max_context = 256, .max_tree_nodes = 16});
   Streams streams;
   streams.Open(&runner, 1, 2);
   for (int i = 0; i < 20; ++i) streams.Verify(&runner, 1 + i % 2);  // passes of 1 and 2 tokens
+  const size_t before = paced.pieces().size();
   std::vector<OpenSpec> specs;
   for (int i = 0; i < 12; ++i) specs.push_back({100u + i, Prompt(i + 60, 6), {}, 0, 64});
   const int passes = PassesUntilOpened(&runner, &streams, specs);
-  EXPECT_LE(passes, 36) << "12 prompts of 6 tokens took " << passes << " passes";
+  const std::vector<int> p = paced.pieces();
+  const int most = *std::max_element(p.begin() + before, p.end());
+  EXPECT_GE(most, 4) << "the largest piece beside 12 waiting prompts";
+  EXPECT_LT(passes, 72) << "12 prompts of 6 tokens took " << passes << " passes";
 }
 
 TEST(TargetRunnerOptionsTest, PrefillShareMustBePositiveAndAtMostFour) {

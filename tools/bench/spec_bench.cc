@@ -8,7 +8,10 @@
 // for) and its wait for the candidates after the Verify, per step, and "cpu
 // ms": the coordinator's own CPU time per step on its step path (the lane
 // thread, its gRPC client work included), which unlike the wall times does
-// not grow with the machine's load. Draft-ahead is off by default (and on a
+// not grow with the machine's load; then the mean sequences per lane step
+// ("batch": fewer than the clients while requests are admitted), and the
+// requests' mean time to the first token and to the last ("ttft ms", "req
+// ms", from their final Timings). Draft-ahead is off by default (and on a
 // GPU drafter, pre-drafting too); compare it with the default in one run by
 // naming a drafter twice, e.g. ahead:mamba=models/demo/mamba-drafter|--draft_ahead=1.
 // Every configuration runs once untimed with short requests before each
@@ -304,7 +307,8 @@ int Main() {
     }
   }
   const int rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
-  std::printf("\n%-12s %-11s %5s %10s %8s %9s %9s %9s %11s %8s %7s %8s %8s %7s %6s %7s %7s %6s %8s %8s\n",
+  std::printf("\n%-12s %-11s %5s %10s %8s %9s %9s %9s %11s %8s %7s %8s %8s %7s %6s %7s %7s %6s"
+              " %8s %8s\n",
               "drafter", "tree", "conc", "tokens/s", "speedup", "accepted", "step ms", "draft ms",
               "verify ms", "other ms", "rpc ms", "handler", "coord ms", "min x", "ahead", "wait ms",
               "cpu ms", "batch", "ttft ms", "req ms");
