@@ -121,8 +121,17 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> HfTokenizer::CreateFromJson(
   TS_ASSIGN_OR_RETURN(tok->added_, ParseAddedTokens(field("added_tokens"), path));
 
   std::vector<AddedToken> raw, normalized;
-  int32_t max_id = static_cast<int32_t>(tok->model_->id_to_token().size()) - 1;
-  for (const AddedToken& t : tok->added_) {
+  const int32_t model_ids = static_cast<int32_t>(tok->model_->id_to_token().size());
+  int32_t max_id = model_ids - 1;
+  for (size_t i = 0; i < tok->added_.size(); ++i) {
+    const AddedToken& t = tok->added_[i];
+    // Added tokens extend the vocabulary (or name ids in it): an id far past
+    // both would size every per-id table by it (see bpe.cc's kMaxUnusedIds).
+    if (t.id >= model_ids + static_cast<int64_t>(tok->added_.size()) + (1 << 16)) {
+      return FieldError(path, absl::StrCat("added_tokens[", i, "].id"),
+                        absl::StrCat("= ", t.id, " is far past the vocabulary's ", model_ids,
+                                     " ids and the ", tok->added_.size(), " added tokens"));
+    }
     (t.normalized ? normalized : raw).push_back(t);
     max_id = std::max(max_id, t.id);
   }

@@ -431,6 +431,12 @@ TEST(TokenizerTest, MalformedTokenizerJsonNamesFileAndField) {
        absl::StatusCode::kInvalidArgument, "model.merges[3]"},
       {"huge id", [](json* j) { (*j)["model"]["vocab"]["x"] = 4000000000LL; },
        absl::StatusCode::kInvalidArgument, "model.vocab"},
+      // Under the 2^24 cap but far past the entries (tokenizer_json_fuzz:
+      // 1.1 GB of per-id tables from a 2.4 KB file).
+      {"sparse vocab id", [](json* j) { (*j)["model"]["vocab"]["x"] = 15555551; },
+       absl::StatusCode::kInvalidArgument, "model.vocab"},
+      {"sparse added id", [](json* j) { (*j)["added_tokens"][0]["id"] = 15555551; },
+       absl::StatusCode::kInvalidArgument, "added_tokens[0].id"},
       {"unknown normalizer", [](json* j) { (*j)["normalizer"] = {{"type", "BertNormalizer"}}; },
        absl::StatusCode::kUnimplemented, "normalizer.type"},
       {"regex pattern",
