@@ -900,7 +900,7 @@ struct Streams {
 
   void Open(TargetRunner* runner, uint64_t first_id, int n) {
     std::vector<OpenSpec> specs;
-    for (int i = 0; i < n; ++i) specs.push_back({first_id + i, Prompt(i + 40), {}, 0, 160});
+    for (int i = 0; i < n; ++i) specs.push_back({first_id + i, Prompt(i + 40), {}, 0, 240});
     for (const OpenOutcome& o : runner->Open(specs)) {
       ASSERT_TRUE(o.status.ok()) << o.status;
       ids.push_back(o.id);
@@ -927,21 +927,24 @@ struct Streams {
   }
 };
 
-// Verify passes of `streams` until the Open of `specs` (on another thread)
-// returns; how many passes that took.
-int PassesUntilOpened(TargetRunner* runner, Streams* streams, std::vector<OpenSpec> specs) {
-  std::atomic<bool> done{false};
+// Verify passes of `streams` until the prompts of `specs`, opened on another
+// thread, are all prefilled (their sequences visible; the opening thread
+// itself may return later, on a busy machine much later: the passes hold the
+// lock); how many passes that took (at most `most`).
+int PassesUntilOpened(TargetRunner* runner, Streams* streams, std::vector<OpenSpec> specs,
+                      int most = 150) {
   std::vector<OpenOutcome> opened;
   const int64_t before = runner->Stats().num_sequences;
-  std::thread opener([&] {
-    opened = runner->Open(specs);
-    done = true;
-  });
+  std::thread opener([&] { opened = runner->Open(specs); });
   EXPECT_TRUE(WaitFor([&] {
     return runner->Stats().num_sequences == before + static_cast<int64_t>(specs.size());
   }));
+  auto all_visible = [&] {
+    return std::all_of(specs.begin(), specs.end(),
+                       [&](const OpenSpec& o) { return runner->HasSequence(o.id); });
+  };
   int passes = 0;
-  while (!done.load() && passes < 400) {
+  while (!all_visible() && passes < most) {
     streams->Verify(runner);
     ++passes;
   }
@@ -976,15 +979,15 @@ TEST_F(TargetRunnerTest, PromptPiecesGrowWithTheBatchTheyRideOn) {
   // pass is 1.25 ms, about 4 prompt tokens of 0.25 ms; the old bound
   // (1.25 x 1.4 ms - 5 ms < 0) gave one token a pass.
   const size_t before = paced.pieces().size();
-  std::atomic<bool> done{false};
-  std::thread opener([&] {
-    EXPECT_TRUE(runner.Open({{100, Prompt(7, 200), {}, 0, 230}})[0].status.ok());
-    done = true;
-  });
+  std::thread opener(
+      [&] { EXPECT_TRUE(runner.Open({{100, Prompt(7, 200), {}, 0, 230}})[0].status.ok()); });
   ASSERT_TRUE(WaitFor([&] { return runner.Stats().num_sequences == 17; }));
   for (int i = 0; i < 40; ++i) streams.Verify(&runner);
   const double mean = MeanPiece(&paced, before + 20, before + 40);
-  for (int i = 0; i < 400 && !done.load(); ++i) streams.Verify(&runner);
+  // The rest of the prompt (the old code's one token a pass would need 160
+  // more, past the streams' length).
+  for (int i = 0; i < 120 && !runner.HasSequence(100); ++i) streams.Verify(&runner);
+  EXPECT_TRUE(runner.HasSequence(100)) << "the prompt was not admitted in 160 passes";
   opener.join();
   EXPECT_GE(mean, 2.0) << "prompt tokens per pass once the batch had grown";
 }
