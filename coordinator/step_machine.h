@@ -268,13 +268,15 @@ class StepMachine {
                       const absl::StatusOr<std::vector<WorkerOpenReply>>& replies,
                       Clock::time_point now);
   // Live sequences without drafter state that should (re)open on the drafter.
-  // While the planner finds that no tree pays, greedy auto sequences are
-  // opened on the drafter only while fewer than its check_max_sequences have
-  // drafter state: the others would be drafter work (prefill, release) for
-  // trees nobody drafts — a drafter whose drafts are useless cost 3-6% of
-  // plain decoding's rate at 4-16 clients on the CPU that way. Once trees
-  // pay again (a check found it, or the load fell), they open with their
-  // whole context and decode plainly until the Open returns.
+  // While the planner finds that no tree pays, an arriving greedy auto
+  // sequence opens on the drafter only while fewer than its
+  // check_max_sequences have drafter state (Admit); the others would be
+  // drafter work (prefill, release) for trees nobody drafts — a drafter whose
+  // drafts are useless cost 3-6% of plain decoding's rate at 4-16 clients on
+  // the CPU that way. A deferred sequence stays closed while plain is
+  // preferred (opening it mid-stream would prefill its whole context); once
+  // trees pay again (a check found it, or the load fell) it opens with its
+  // whole context and decodes plainly until the Open returns.
   std::vector<DrafterOpenItem> PlanDrafterOpens(Clock::time_point now);
   // The drafter cannot be tried now: sequences waiting for their first
   // drafter Open step without it (they re-open later).
@@ -355,9 +357,12 @@ class StepMachine {
   void Commit(Seq* s, const VerifyReply& r);
   std::optional<TreeShape> ChooseShape(Seq* s);
   void PlanAuto();
-  // Whether `s` opens no drafter state now: while the planner finds that no
-  // tree pays, only a check's worth of greedy auto sequences keep drafter
-  // state (see PlanDrafterOpens).
+  // Whether `s` is a planned (greedy auto) sequence while the planner finds
+  // that no tree pays.
+  bool PlainPreferredFor(const Seq& s) const;
+  // Whether `s`, arriving, opens no drafter state: PlainPreferredFor, and a
+  // check's worth of planned sequences have drafter state already (see
+  // PlanDrafterOpens).
   bool DefersDrafter(const Seq& s) const;
   // This step's draft request of `s`, or none (its record says why).
   std::optional<DraftItem> DraftItemFor(Seq* s);

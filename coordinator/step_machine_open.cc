@@ -114,7 +114,11 @@ std::vector<DrafterOpenItem> StepMachine::PlanDrafterOpens(Clock::time_point now
   for (auto& s : seqs_) {
     if (s->done || s->worker != Seq::Worker::kLive) continue;
     if (s->drafter != Seq::Drafter::kClosed && s->drafter != Seq::Drafter::kStale) continue;
-    if (now < s->drafter_retry_at || s->catching_up || DefersDrafter(*s)) continue;
+    if (now < s->drafter_retry_at || s->catching_up) continue;
+    // While plain is preferred, only new arrivals take the check's places
+    // (Admit): opening a deferred sequence mid-stream would prefill its whole
+    // context for trees nobody drafts.
+    if (!s->drafter_first_open && PlainPreferredFor(*s)) continue;
     const bool stale = s->drafter == Seq::Drafter::kStale;
     s->drafter = Seq::Drafter::kOpening;
     s->drafter_open_len = s->tokens.size() - 1;
@@ -123,12 +127,14 @@ std::vector<DrafterOpenItem> StepMachine::PlanDrafterOpens(Clock::time_point now
   return items;
 }
 
-bool StepMachine::DefersDrafter(const Seq& s) const {
+bool StepMachine::PlainPreferredFor(const Seq& s) const {
   const GenerationRequest& g = s.req->request();
-  if (!g.auto_tree || !options_.plan_auto || g.sampling.temperature > 0 || s.bandit.has_value() ||
-      !planner_->Ready() || !planner_->prefers_plain()) {
-    return false;
-  }
+  return g.auto_tree && options_.plan_auto && g.sampling.temperature == 0 &&
+         !s.bandit.has_value() && planner_->Ready() && planner_->prefers_plain();
+}
+
+bool StepMachine::DefersDrafter(const Seq& s) const {
+  if (!PlainPreferredFor(s)) return false;
   // Planned sequences with drafter state (sampled ones keep their own
   // bandit and never take part in the planner's checks).
   int64_t with_state = 0;

@@ -268,6 +268,9 @@ class FakeDrafter {
   std::atomic<bool> fail_ahead{false};
   std::atomic<int> ahead_delay_ms{0};
   std::atomic<int> ahead_miss_every{0};
+  // The drafting time it reports per tree level (the planner's cost model
+  // learns from it).
+  std::atomic<int64_t> draft_ns_per_level{kFakeDraftNsPerLevel};
   // What Info reports of the features it reads (set before the coordinator
   // starts; empty: a token drafter).
   std::vector<int32_t> feature_layers;
@@ -321,7 +324,7 @@ class FakeDrafter {
       if (!d.omit_tree()) *r->mutable_tree() = tree;
     }
     for (const v1::AheadSequence& a : req.ahead()) Ahead(a, resp.add_ahead());
-    resp.set_draft_ns(kFakeDraftNsPerLevel * deepest);
+    resp.set_draft_ns(draft_ns_per_level.load() * deepest);
     return resp;
   }
 

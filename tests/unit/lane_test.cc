@@ -298,6 +298,11 @@ TEST_F(LaneTest, AutoWithAUselessDrafterStopsCallingIt) {
 
 TEST_F(LaneTest, WhileAUselessDrafterLosesFewSequencesOpenOnIt) {
   drafter_.mode = FakeDrafter::Mode::kUseless;
+  // Slow as well (20 ms a level), so that no tree can seem to pay, not even
+  // to the acceptance model's optimism at a larger batch: a plan that
+  // speculates would rightly open the deferred sequences (under TSan that
+  // happened, 12 opens).
+  drafter_.draft_ns_per_level = 20'000'000;
   Start();
   Outcome first = Collect(Submit(Request({4}, 300, "d", "auto")).get());
   ASSERT_TRUE(first.status.ok()) << first.status;
