@@ -15,11 +15,6 @@ using nlohmann::json;
 // Vocabulary ids above this are rejected (a typo or a hostile file must not
 // make us allocate gigabytes).
 constexpr int64_t kMaxTokenId = 1 << 24;
-// Nor may the ids leave more than this many unused below the largest: a
-// vocabulary's ids are dense (0 .. n - 1, give or take the added tokens), and
-// per-id tables are sized by the largest (a 300-entry file with one id of 15.5
-// million made the decoder's tables 1.1 GB; found by tokenizer_json_fuzz).
-constexpr int64_t kMaxUnusedIds = 1 << 16;
 
 absl::Status FieldError(const std::string& file, const std::string& field,
                         const std::string& what) {
@@ -52,10 +47,10 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::FromJson(const json& model,
     max_id = std::max(max_id, id);
   }
   const int64_t entries = static_cast<int64_t>(vocab_it->size());
-  if (max_id >= entries + kMaxUnusedIds) {
+  if (max_id >= entries + BpeModel::kMaxUnusedIds) {
     return FieldError(file, "model.vocab",
                       absl::StrCat("has ", entries, " entries but ids up to ", max_id,
-                                   ": ids must be dense (at most ", kMaxUnusedIds,
+                                   ": ids must be dense (at most ", BpeModel::kMaxUnusedIds,
                                    " unused below the largest)"));
   }
   m->id_to_token_.resize(max_id + 1);

@@ -126,8 +126,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> HfTokenizer::CreateFromJson(
   for (size_t i = 0; i < tok->added_.size(); ++i) {
     const AddedToken& t = tok->added_[i];
     // Added tokens extend the vocabulary (or name ids in it): an id far past
-    // both would size every per-id table by it (see bpe.cc's kMaxUnusedIds).
-    if (t.id >= model_ids + static_cast<int64_t>(tok->added_.size()) + (1 << 16)) {
+    // both would size every per-id table by it.
+    if (t.id >= model_ids + static_cast<int64_t>(tok->added_.size()) + BpeModel::kMaxUnusedIds) {
       return FieldError(path, absl::StrCat("added_tokens[", i, "].id"),
                         absl::StrCat("= ", t.id, " is far past the vocabulary's ", model_ids,
                                      " ids and the ", tok->added_.size(), " added tokens"));
