@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <map>
@@ -46,10 +47,25 @@ inline std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
+// A fresh directory for the services' logs, removed when the test binary
+// exits (the test suites' fixtures keep their services, and so the logs they
+// write into it, until then).
 inline std::string TempDir() {
-  char tmpl[] = "/tmp/treespec-ops-XXXXXX";
-  const char* d = mkdtemp(tmpl);
-  return d == nullptr ? std::string("/tmp") : std::string(d);
+  struct Created {
+    absl::Mutex mu;
+    std::vector<std::string> dirs;
+    ~Created() {
+      std::error_code ec;
+      for (const std::string& d : dirs) std::filesystem::remove_all(d, ec);
+    }
+  };
+  static Created created;
+  std::string tmpl = (std::filesystem::temp_directory_path() / "treespec-ops-XXXXXX").string();
+  const char* d = mkdtemp(tmpl.data());
+  if (d == nullptr) return std::filesystem::temp_directory_path().string();
+  absl::MutexLock lock(&created.mu);
+  created.dirs.push_back(d);
+  return d;
 }
 
 // A service binary whose stdout and stderr are written to `log_prefix`.out /

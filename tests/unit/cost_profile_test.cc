@@ -1,26 +1,20 @@
 #include "rpc/cost_profile.h"
 
-#include <unistd.h>
-
 #include <cstdio>
-
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
-#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/testing/test_util.h"
 
 namespace treespec {
 namespace {
 
-// A fresh directory under the test's temp dir.
-std::string TempDir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  std::string dir = absl::StrCat(base != nullptr ? base : "/tmp", "/cost_profile_test_",
-                                 getpid(), "_", name);
-  std::filesystem::remove_all(dir);
-  return dir;
+// A path `name` that does not exist yet, inside a fresh directory removed
+// when `tmp` goes.
+std::string FreshPath(const testing::TempDir& tmp, const std::string& name) {
+  return tmp.path() + "/" + name;
 }
 
 StepCostModel SomeModel(double scale) {
@@ -57,7 +51,8 @@ void ExpectSameVerify(const VerifyCostModel& a, const VerifyCostModel& b) {
 }
 
 TEST(CostProfileTest, MeasuresOnceThenReadsTheCache) {
-  const std::string dir = TempDir("roundtrip");
+  const testing::TempDir tmp;
+  const std::string dir = FreshPath(tmp, "roundtrip");
   int calls = 0;
   std::ostringstream warn;
   auto first = LoadOrMeasureProfile(dir, "verify m cfg=1", "cpu f32", Counting(&calls, 1), warn);
@@ -79,7 +74,8 @@ TEST(CostProfileTest, MeasuresOnceThenReadsTheCache) {
 }
 
 TEST(CostProfileTest, AnotherDeviceIsMeasuredAfresh) {
-  const std::string dir = TempDir("device");
+  const testing::TempDir tmp;
+  const std::string dir = FreshPath(tmp, "device");
   int calls = 0;
   std::ostringstream warn;
   ASSERT_TRUE(LoadOrMeasureProfile(dir, "m", "cpu f32", Counting(&calls, 1), warn).ok());
@@ -91,7 +87,8 @@ TEST(CostProfileTest, AnotherDeviceIsMeasuredAfresh) {
 }
 
 TEST(CostProfileTest, MismatchedEntryIsIgnoredWithAWarning) {
-  const std::string dir = TempDir("mismatch");
+  const testing::TempDir tmp;
+  const std::string dir = FreshPath(tmp, "mismatch");
   int calls = 0;
   std::ostringstream warn;
   ASSERT_TRUE(LoadOrMeasureProfile(dir, "model-a", "cpu", Counting(&calls, 1), warn).ok());
@@ -113,7 +110,8 @@ TEST(CostProfileTest, MismatchedEntryIsIgnoredWithAWarning) {
 }
 
 TEST(CostProfileTest, CorruptEntryIsIgnoredWithAWarning) {
-  const std::string dir = TempDir("corrupt");
+  const testing::TempDir tmp;
+  const std::string dir = FreshPath(tmp, "corrupt");
   std::filesystem::create_directories(dir);
   for (const std::string& text :
        {std::string("{not json"), std::string("{\"format_version\": 1, \"model\": \"m\"}"),
@@ -139,7 +137,8 @@ TEST(CostProfileTest, NoCacheDirNeitherReadsNorWrites) {
 }
 
 TEST(CostProfileTest, UnwritableCacheWarnsButKeepsTheProfile) {
-  const std::string dir = TempDir("unwritable");
+  const testing::TempDir tmp;
+  const std::string dir = FreshPath(tmp, "unwritable");
   std::ofstream(dir) << "a file where the directory should be";
   int calls = 0;
   std::ostringstream warn;
@@ -205,7 +204,8 @@ TEST(CostProfileTest, FromProtoRejectsMissingAndBadProfiles) {
 }
 
 TEST(CostProfileTest, ModelIdentityFollowsTheConfig) {
-  const std::string dir = TempDir("identity");
+  const testing::TempDir tmp;
+  const std::string dir = FreshPath(tmp, "identity");
   std::filesystem::create_directories(dir + "/model");
   std::ofstream(dir + "/model/config.json") << "{\"hidden_size\": 64}";
   const std::string a = ModelIdentity(dir + "/model/");
