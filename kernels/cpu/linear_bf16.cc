@@ -120,27 +120,14 @@ TS_BF16 __attribute__((always_inline)) inline void Tile(const XChunk* x, int C, 
     for (int j = 0; j < NR; ++j) out[i * ldo + j] = Reduce16(_mm512_add_ps(acc[i][j], acc_lo[i][j]));
 }
 
-// Output columns [n0, n1) for all T rows, weight rows walked in blocks that
-// stay in L1 while every activation row passes over them (as linear_typed.cc).
-TS_BF16 void Columns(const XChunk* x, int C, const uint16_t* w, int T, int K, int N, int n0,
-                     int n1, float* out) {
-  const int nb_rows = std::max(4, (24 << 10) / (2 * K));
-  for (int nb = n0; nb < n1; nb += nb_rows) {
-    const int ne = std::min(n1, nb + nb_rows);
-    int t = 0;
-    for (; t + 4 <= T; t += 4) {
-      const XChunk* xt = x + static_cast<int64_t>(t) * C;
-      float* ot = out + static_cast<int64_t>(t) * N;
-      int n = nb;
-      for (; n + 2 <= ne; n += 2) Tile<4, 2>(xt, C, K, w + static_cast<int64_t>(n) * K, N, ot + n);
-      for (; n < ne; ++n) Tile<4, 1>(xt, C, K, w + static_cast<int64_t>(n) * K, N, ot + n);
-    }
-    for (; t < T; ++t) {
-      const XChunk* xt = x + static_cast<int64_t>(t) * C;
-      float* ot = out + static_cast<int64_t>(t) * N;
-      for (int n = nb; n < ne; ++n) Tile<1, 1>(xt, C, K, w + static_cast<int64_t>(n) * K, N, ot + n);
-    }
-  }
+// Output columns [n0, n1) for all T rows (WalkColumns, dense_ops.h; flatten
+// inlines the walk and, within it, each tile).
+TS_BF16 __attribute__((flatten)) void Columns(
+    const XChunk* x, int C, const uint16_t* w, int T, int K, int N, int n0, int n1, float* out) {
+  WalkColumns(2 * static_cast<size_t>(K), T, n0, n1, [&](auto tr, auto nr, int t, int n) TS_BF16 {
+    Tile<tr, nr>(x + static_cast<int64_t>(t) * C, C, K, w + static_cast<int64_t>(n) * K, N,
+                 out + static_cast<int64_t>(t) * N + n);
+  });
 }
 
 }  // namespace

@@ -315,28 +315,16 @@ TS_VNNI __attribute__((always_inline)) inline void Tile(const XGroup* x, int G, 
     for (int j = 0; j < NR; ++j) out[i * ldo + j] = Reduce16(acc[i][j]);
 }
 
-// Output columns [n0, n1) for all T rows, weight rows walked in blocks that
-// stay in L1 while every activation row passes over them (as linear_typed.cc).
+// Output columns [n0, n1) for all T rows (WalkColumns, dense_ops.h; flatten
+// inlines the walk and, within it, each tile).
 template <class W>
-TS_VNNI void Columns(const XGroup* x, int G, const uint8_t* w, size_t row_bytes, int T, int K,
-                     int N, int n0, int n1, float* out) {
-  const int nb_rows = std::max<int>(4, static_cast<int>((24 << 10) / row_bytes));
-  for (int nb = n0; nb < n1; nb += nb_rows) {
-    const int ne = std::min(n1, nb + nb_rows);
-    int t = 0;
-    for (; t + 4 <= T; t += 4) {
-      const XGroup* xt = x + static_cast<int64_t>(t) * G;
-      float* ot = out + static_cast<int64_t>(t) * N;
-      int n = nb;
-      for (; n + 2 <= ne; n += 2) Tile<W, 4, 2>(xt, G, K, w + n * row_bytes, row_bytes, N, ot + n);
-      for (; n < ne; ++n) Tile<W, 4, 1>(xt, G, K, w + n * row_bytes, row_bytes, N, ot + n);
-    }
-    for (; t < T; ++t) {
-      const XGroup* xt = x + static_cast<int64_t>(t) * G;
-      float* ot = out + static_cast<int64_t>(t) * N;
-      for (int n = nb; n < ne; ++n) Tile<W, 1, 1>(xt, G, K, w + n * row_bytes, row_bytes, N, ot + n);
-    }
-  }
+TS_VNNI __attribute__((flatten)) void Columns(
+    const XGroup* x, int G, const uint8_t* w, size_t row_bytes, int T, int K, int N, int n0, int n1,
+    float* out) {
+  WalkColumns(row_bytes, T, n0, n1, [&](auto tr, auto nr, int t, int n) TS_VNNI {
+    Tile<W, tr, nr>(x + static_cast<int64_t>(t) * G, G, K, w + n * row_bytes, row_bytes, N,
+                    out + static_cast<int64_t>(t) * N + n);
+  });
 }
 
 // One block of activations → int16 codes (as int32 in q[0], q[1]) and *d.

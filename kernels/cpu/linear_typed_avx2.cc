@@ -192,30 +192,16 @@ TS_AVX2 __attribute__((always_inline)) inline void Tile(const float* x, const ui
     for (int j = 0; j < NR; ++j) out[i * ldo + j] = Reduce8(acc[i][j]);
 }
 
-// Output columns [n0, n1) for all T rows, weight rows walked in blocks that
-// stay in L1 while every row of x passes over them.
+// Output columns [n0, n1) for all T rows (WalkColumns, dense_ops.h; flatten
+// inlines the walk and, within it, each tile).
 template <class W>
-TS_AVX2 void Columns(const float* x, const uint8_t* w, size_t row_bytes, int T, int K, int N,
-                     int n0, int n1, float* out) {
-  const int nb_rows =
-      std::max<int>(4, static_cast<int>((24 << 10) / std::max<size_t>(1, row_bytes)));
-  for (int nb = n0; nb < n1; nb += nb_rows) {
-    const int ne = std::min(n1, nb + nb_rows);
-    int t = 0;
-    for (; t + 4 <= T; t += 4) {
-      const float* xt = x + static_cast<int64_t>(t) * K;
-      float* ot = out + static_cast<int64_t>(t) * N;
-      int n = nb;
-      for (; n + 2 <= ne; n += 2) Tile<W, 4, 2>(xt, w + n * row_bytes, row_bytes, K, N, ot + n);
-      for (; n < ne; ++n) Tile<W, 4, 1>(xt, w + n * row_bytes, row_bytes, K, N, ot + n);
-    }
-    for (; t < T; ++t) {
-      const float* xt = x + static_cast<int64_t>(t) * K;
-      float* ot = out + static_cast<int64_t>(t) * N;
-      // One weight row at a time: a single sequential stream (decode, T = 1).
-      for (int n = nb; n < ne; ++n) Tile<W, 1, 1>(xt, w + n * row_bytes, row_bytes, K, N, ot + n);
-    }
-  }
+TS_AVX2 __attribute__((flatten)) void Columns(
+    const float* x, const uint8_t* w, size_t row_bytes, int T, int K, int N, int n0, int n1,
+    float* out) {
+  WalkColumns(row_bytes, T, n0, n1, [&](auto tr, auto nr, int t, int n) TS_AVX2 {
+    Tile<W, tr, nr>(x + static_cast<int64_t>(t) * K, w + n * row_bytes, row_bytes, K, N,
+                    out + static_cast<int64_t>(t) * N + n);
+  });
 }
 
 template <class W>

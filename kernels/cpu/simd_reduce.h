@@ -17,8 +17,9 @@ __attribute__((target("avx2,fma"))) inline float Reduce8(__m256 v) {
 
 // The 16 lanes: (i + i+8), then Reduce8's tree on the 8 sums.
 __attribute__((target("avx512f,avx512dq,avx2,fma"))) inline float Reduce16(__m512 v) {
-  const __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v),
-                                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  // Both halves by extractf32x8: GCC 12's castps512_ps256 and extractf64x4
+  // pass an _mm256_undefined_pd that -Wuninitialized flags where inlined.
+  const __m256 a = _mm256_add_ps(_mm512_extractf32x8_ps(v, 0), _mm512_extractf32x8_ps(v, 1));
   return Reduce8(a);
 }
 
