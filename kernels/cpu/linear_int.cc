@@ -57,8 +57,10 @@
 namespace treespec::cpu {
 namespace {
 
-#define TS_VNNI \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512vbmi,f16c,fma")))
+// No AVX512_VBMI: every permute here moves 16-bit words (codes and scales
+// all start at even offsets), so Cascade Lake (VNNI without VBMI) takes this
+// path too.
+#define TS_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c,fma")))
 
 constexpr int kGroupBlocks = 4;  // 32-element blocks per group (one zmm of bytes)
 
@@ -78,14 +80,16 @@ struct WGroup {
   __m512 d, m;       // d_w (and Q4_1's min) of block b in lanes 4b..4b+3
 };
 
-// A group's bytes are read as 64-byte windows and rearranged by byte and word
-// permutes (vpermt2b, vpermt2w) into WGroup's layout: 2 to 4 windows and 2 to
-// 3 permutes per group where 16-byte inserts and scalar scale loads took ~20
-// instructions. Tables says, for each type, where every code and scale of the
-// group sits in the 128 bytes of two windows.
+// A group's bytes are read as 64-byte windows and rearranged by word permutes
+// (vpermt2w) into WGroup's layout: 2 to 4 windows and 2 to 3 permutes per
+// group where 16-byte inserts and scalar scale loads took ~20 instructions.
+// Every type's codes and scales start at even offsets in its blocks, so words
+// suffice (byte permutes, vpermt2b, would need AVX512_VBMI). Tables says, for
+// each type, which word of the 128 bytes of two windows every code pair and
+// scale of the group is.
 struct Tables {
-  alignas(64) uint8_t lo[64];   // codes 0..15 of block b → bytes 16b..16b+15
-  alignas(64) uint8_t hi[64];   // codes 16..31 (Q8_0; nibble types take them from lo)
+  alignas(64) uint16_t lo[32];  // code bytes 0..15 of block b → words 8b..8b+7
+  alignas(64) uint16_t hi[32];  // code bytes 16..31 (Q8_0; nibble types take them from lo)
   alignas(64) uint16_t dm[32];  // scale of block b → words 4b..4b+3, min → 16 + 4b..
 };
 
@@ -94,15 +98,15 @@ constexpr int At(int f, int wa, int wb) { return f >= wa && f < wa + 64 ? f - wa
 
 // bb: block bytes; codes / min: where they start in a block (min < 0: none);
 // (wa, wb): the windows of the low codes and scales; (ha, hb): of the high
-// codes of byte-coded types (scales and mins sit at even offsets, as do all
-// windows, so byte index / 2 is the word index).
+// codes of byte-coded types (codes, scales and mins sit at even offsets, as
+// do all windows, so byte index / 2 is the word index).
 constexpr Tables MakeTables(int bb, int codes, int min, bool nibbles, int wa, int wb, int ha,
                             int hb) {
   Tables t{};
-  for (int p = 0; p < 64; ++p) {
-    const int b = p / 16, e = p % 16;
-    t.lo[p] = static_cast<uint8_t>(At(b * bb + codes + e, wa, wb));
-    t.hi[p] = nibbles ? 0 : static_cast<uint8_t>(At(b * bb + codes + 16 + e, ha, hb));
+  for (int p = 0; p < 32; ++p) {
+    const int b = p / 8, e = 2 * (p % 8);
+    t.lo[p] = static_cast<uint16_t>(At(b * bb + codes + e, wa, wb) / 2);
+    t.hi[p] = nibbles ? 0 : static_cast<uint16_t>(At(b * bb + codes + 16 + e, ha, hb) / 2);
   }
   for (int p = 0; p < 16; ++p) {
     const int b = p / 4;
@@ -141,8 +145,8 @@ struct Q8_0G {
   TS_VNNI static inline void Decode(const uint8_t* g, int left, int, WGroup* o) {
     const __m512i a = Window<kTail>(g, left), b = Window<kTail>(g + 64, left - 64);
     const __m512i ha = Window<kTail>(g + 8, left - 8), hb = Window<kTail>(g + 72, left - 72);
-    o->lo = _mm512_permutex2var_epi8(a, _mm512_load_si512(kTables.lo), b);
-    o->hi = _mm512_permutex2var_epi8(ha, _mm512_load_si512(kTables.hi), hb);
+    o->lo = _mm512_permutex2var_epi16(a, _mm512_load_si512(kTables.lo), b);
+    o->hi = _mm512_permutex2var_epi16(ha, _mm512_load_si512(kTables.hi), hb);
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     o->ulo = _mm512_xor_si512(o->lo, flip);
     o->uhi = _mm512_xor_si512(o->hi, flip);
@@ -157,7 +161,7 @@ struct Q8_0G {
 template <class W, bool kTail>
 TS_VNNI inline void DecodeNibbles(const uint8_t* g, int left, WGroup* o) {
   const __m512i a = Window<kTail>(g, left), b = Window<kTail>(g + W::kWinB, left - W::kWinB);
-  const __m512i q = _mm512_permutex2var_epi8(a, _mm512_load_si512(W::kTables.lo), b);
+  const __m512i q = _mm512_permutex2var_epi16(a, _mm512_load_si512(W::kTables.lo), b);
   const __m512i mask = _mm512_set1_epi8(0x0f);
   o->lo = o->ulo = _mm512_and_si512(q, mask);
   o->hi = o->uhi = _mm512_and_si512(_mm512_srli_epi16(q, 4), mask);
@@ -239,18 +243,18 @@ struct Q4_KG {
                        2),
         _mm_set1_epi8(0x30));
     __m128i sm = _mm_or_si128(_mm_or_si128(lo6, nib_lo), _mm_or_si128(nib_hi, top));
-    // sm: [sc0..3, sc4..7, mn0..3, mn4..7]; this half's four scales and mins,
-    // one per dword lane 4b (vpermb, zeroing the other bytes).
-    const __m512i sm512 = _mm512_castsi128_si512(sm);
+    // sm: [sc0..3, sc4..7, mn0..3, mn4..7]. This half's four scales and four
+    // mins (bytes 4h.. and 8 + 4h..) as floats [sc, mn], then each spread
+    // over lanes 4b..4b+3.
+    const __m128i pick =
+        _mm_add_epi8(_mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 0, 0, 0, 0, 0, 0, 0, 0),
+                     _mm_set1_epi8(static_cast<char>(4 * h)));
+    const __m512 scmn = _mm512_castps256_ps512(
+        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_shuffle_epi8(sm, pick))));
     const __m512i lane = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    const __m512i sc_at = _mm512_add_epi32(lane, _mm512_set1_epi32(4 * h));  // byte j: sc_j
-    const __m512i mn_at = _mm512_add_epi32(sc_at, _mm512_set1_epi32(8));     // byte 8 + j: mn_j
-    const __mmask64 byte0 = 0x1111111111111111ull;  // byte 0 of every dword
-    const __m512i sc = _mm512_maskz_permutexvar_epi8(byte0, sc_at, sm512);
-    const __m512i mn = _mm512_maskz_permutexvar_epi8(byte0, mn_at, sm512);
     const __m128 dd = _mm_cvtph_ps(head);  // d, dmin
-    o->d = _mm512_mul_ps(_mm512_cvtepi32_ps(sc), _mm512_broadcastss_ps(dd));
-    o->m = _mm512_mul_ps(_mm512_cvtepi32_ps(mn),
+    o->d = _mm512_mul_ps(_mm512_permutexvar_ps(lane, scmn), _mm512_broadcastss_ps(dd));
+    o->m = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_add_epi32(lane, _mm512_set1_epi32(4)), scmn),
                          _mm512_broadcastss_ps(_mm_sub_ps(_mm_setzero_ps(), _mm_movehdup_ps(dd))));
   }
 };
@@ -399,8 +403,7 @@ bool LinearIntHasSimd() {
                            __builtin_cpu_supports("avx512bw") &&
                            __builtin_cpu_supports("avx512vl") &&
                            __builtin_cpu_supports("avx512dq") &&
-                           __builtin_cpu_supports("avx512vnni") &&
-                           __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("fma");
+                           __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma");
   return have;
 }
 

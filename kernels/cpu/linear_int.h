@@ -10,7 +10,8 @@
 
 namespace treespec::cpu {
 
-// Whether this CPU runs LinearInt (AVX-512 F/BW/VL/DQ, VNNI and VBMI, F16C, FMA).
+// Whether this CPU runs LinearInt (AVX-512 F/BW/VL/DQ and VNNI, F16C, FMA; no
+// VBMI, so Cascade Lake as well as Ice Lake, Sapphire Rapids and Zen 4).
 bool LinearIntHasSimd();
 
 // Whether LinearInt takes weights of `wtype` (Q8_0, Q4_0, Q4_1, Q4_K).
