@@ -44,6 +44,7 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "coordinator/coordinator.h"
 #include "core/util/cli_args.h"
@@ -65,6 +66,8 @@ ABSL_FLAG(int32_t, requests_per_client, 2, "Requests each client sends in sequen
 ABSL_FLAG(std::string, bin, "build/bin", "Directory of treespec-worker and treespec-drafter");
 ABSL_FLAG(std::string, device, "cpu", "Worker and drafter backend");
 ABSL_FLAG(double, temperature, 0.0, "Sampling temperature (0: greedy)");
+ABSL_FLAG(bool, per_round, false,
+          "After each row, print every round's x plain (in round order) and tokens/s on stderr");
 ABSL_FLAG(bool, warmup, true,
           "Before each concurrency's timed runs, run every configuration once, untimed, with "
           "16-token requests");
@@ -356,6 +359,14 @@ int Main() {
         mean.ttft_ms += r.ttft_ms / rounds;
         mean.total_ms += r.total_ms / rounds;
         ratios.push_back(r.tokens_per_s / runs[0][round].tokens_per_s);
+      }
+      if (absl::GetFlag(FLAGS_per_round)) {
+        std::string line;
+        for (int round = 0; round < rounds; ++round) {
+          absl::StrAppendFormat(&line, " %.2fx (%.0f vs %.0f)", ratios[round],
+                                runs[k][round].tokens_per_s, runs[0][round].tokens_per_s);
+        }
+        std::fprintf(stderr, "%s c=%d rounds:%s\n", configs[k].first.c_str(), c, line.c_str());
       }
       std::sort(ratios.begin(), ratios.end());
       char sp[16], lo[16];
