@@ -5,8 +5,8 @@
 // equal sequential-decode logits bit for bit).
 #pragma once
 
-#include <cstddef>
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <type_traits>
