@@ -26,7 +26,8 @@ void Linear(const float* x, const float* w, int T, int K, int N, float* out, int
 // in: x [T, K] f32, w [N, K] stored as `wtype` (f32, f16, bf16, q8_0, q4_0,
 // q4_1, q4_k; linear_typed.cc); out: out [T, N] = x · wᵀ, batch-invariant like Linear.
 // With AVX-512 VNNI, quantised weights take linear_int.cc's integer path,
-// which rounds x to int16 per 32-element block first; with AVX-512 BF16, bf16
+// which rounds x to int16 per 32-element block first (without AVX-512, the
+// same rounding on linear_int_avx2.cc's AVX2 integer path); with AVX-512 BF16, bf16
 // weights take linear_bf16.cc's vdpbf16ps path (x split into two bf16 parts).
 void LinearTyped(const float* x, const void* w, DType wtype, int T, int K, int N, float* out,
                  int threads = 1);
@@ -41,9 +42,10 @@ void LinearTypedF32Fma(const float* x, const void* w, DType wtype, int T, int K,
 // Whether this CPU has LinearTypedF32Fma's AVX-512 (else LinearTyped takes
 // the AVX2 path below where the CPU has it, or the portable one).
 bool LinearTypedHasSimd(DType wtype);
-// The path for CPUs with AVX2, FMA and F16C but not AVX-512
+// The f32-FMA path for CPUs with AVX2, FMA and F16C but not AVX-512
 // (linear_typed_avx2.cc; exposed for tests and benchmarks, which may run it
 // on an AVX-512 CPU too): every weight type decoded to f32, eight lanes.
+// LinearTyped sends those CPUs' quantised weights to LinearIntAvx2 instead.
 void LinearTypedAvx2(const float* x, const void* w, DType wtype, int T, int K, int N,
                      float* out, int threads);
 bool LinearTypedAvx2HasSimd();

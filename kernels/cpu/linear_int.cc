@@ -48,6 +48,7 @@
 
 #include "kernels/cpu/dense_ops.h"
 #include "kernels/cpu/simd_reduce.h"
+#include "kernels/cpu/thread_pool.h"
 
 // GCC 12 warns about the undefined pass-through operand inside the AVX-512
 // intrinsic headers themselves (a known false positive).
@@ -380,7 +381,12 @@ void Run(const float* x, const uint8_t* w, DType wtype, int T, int K, int N, flo
   const int G = (K / 32 + kGroupBlocks - 1) / kGroupBlocks;
   thread_local std::vector<XGroup> groups;
   groups.resize(static_cast<size_t>(T) * G);
-  for (int t = 0; t < T; ++t) QuantiseRow(x + static_cast<int64_t>(t) * K, K, wtype, &groups[t * G]);
+  // Rows are rounded independently: a prompt's on every thread (through a
+  // pointer: `groups` named in the lambda would be the pool thread's own).
+  XGroup* rounded = groups.data();
+  ParallelChunks(T >= 8 ? threads : 1, T, [&](int t) {
+    QuantiseRow(x + static_cast<int64_t>(t) * K, K, wtype, rounded + static_cast<int64_t>(t) * G);
+  });
   const size_t row_bytes = static_cast<size_t>(K / 32) * W::kBlockBytes;
   const XGroup* xg = groups.data();
   ColumnChunks(T, K, N, threads, [&](int n0, int n1) {

@@ -29,4 +29,15 @@ void LinearInt(const float* x, const void* w, DType wtype, int T, int K, int N, 
 // LinearIntHasSimd().
 void QuantiseBlockI16(const float* x, int16_t* q, float* d);
 
+// The integer path for CPUs with AVX2, FMA and F16C but not AVX-512
+// (linear_int_avx2.cc): the same activation rounding, int16 products by
+// vpmaddwd. Batch- and thread-count-invariant; needs LinearIntAvx2HasSimd()
+// (runs on AVX-512 CPUs too, for the tests and linear_bench).
+bool LinearIntAvx2HasSimd();
+void LinearIntAvx2(const float* x, const void* w, DType wtype, int T, int K, int N, float* out,
+                   int threads);
+// QuantiseBlockI16 by AVX2 instructions: the same codes and scale, bit for
+// bit. Needs LinearIntAvx2HasSimd().
+void QuantiseBlockI16Avx2(const float* x, int16_t* q, float* d);
+
 }  // namespace treespec::cpu

@@ -1,7 +1,9 @@
 // Batch-invariant out = x · wᵀ with f32 activations and weights kept in memory
 // as f32, f16, bf16 or ggml quantised blocks (Q8_0, Q4_0, Q4_1, Q4_K): 2× to 7×
 // fewer bytes per decode step than f32 weights. On CPUs without AVX-512, f32
-// goes to linear.cc's AVX2 kernel and the rest to a portable loop.
+// goes to linear.cc's AVX2 kernel, quantised weights to linear_int_avx2.cc's
+// integer path, the 16-bit types to linear_typed_avx2.cc (all need AVX2, FMA
+// and F16C) and everything to a portable loop without them.
 //
 // Weights are dequantised in registers (a 32-element chunk at a time: f16 by
 // vcvtph2ps, bf16 by a 16-bit shift, quantised blocks by widening the int8 /
@@ -325,7 +327,9 @@ void LinearTyped(const float* x, const void* w, DType wtype, int T, int K, int N
     return;
   }
   if (!HaveAvx512()) {
-    if (LinearTypedAvx2HasSimd()) {
+    if (LinearIntTakes(wtype) && LinearIntAvx2HasSimd()) {
+      LinearIntAvx2(x, w, wtype, T, K, N, out, threads);  // linear_int_avx2.cc
+    } else if (LinearTypedAvx2HasSimd()) {
       LinearTypedAvx2(x, w, wtype, T, K, N, out, threads);  // linear_typed_avx2.cc
     } else {
       LinearTypedPortable(x, w, wtype, T, K, N, out, threads);

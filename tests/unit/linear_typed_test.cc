@@ -15,6 +15,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/model/gguf_dequant.h"
@@ -96,7 +97,11 @@ void RoundLikeIntPath(const std::vector<float>& x, int K, std::vector<double>* x
   int16_t q[32];
   float d;
   for (size_t b = 0; b < x.size() / 32; ++b) {
-    cpu::QuantiseBlockI16(x.data() + 32 * b, q, &d);
+    if (cpu::LinearIntHasSimd()) {
+      cpu::QuantiseBlockI16(x.data() + 32 * b, q, &d);
+    } else {
+      cpu::QuantiseBlockI16Avx2(x.data() + 32 * b, q, &d);
+    }
     for (int e = 0; e < 32; ++e) {
       (*xq)[32 * b + e] = static_cast<double>(d) * q[e];
       (*half_step)[32 * b + e] = 0.51 * d;
@@ -184,6 +189,63 @@ TEST(LinearTypedTest, IntPathMatchesRoundedActivationsAndIsBatchInvariant) {
   CheckKernel(&cpu::LinearInt, "int", /*int_path=*/true, quantised);
   // LinearTyped dispatches quantised weights here.
   CheckKernel(&cpu::LinearTyped, "dispatch", /*int_path=*/true, quantised);
+}
+
+// The AVX2 integer path (CPUs without AVX-512; run on those with it too): the
+// same activation rounding, so the same reference and bounds.
+TEST(LinearTypedTest, Avx2IntPathMatchesRoundedActivationsAndIsBatchInvariant) {
+  if (!cpu::LinearIntAvx2HasSimd()) GTEST_SKIP() << "no AVX2, FMA and F16C on this CPU";
+  const std::vector<DType> quantised = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K};
+  CheckKernel(&cpu::LinearIntAvx2, "int-avx2", /*int_path=*/true, quantised);
+  // Without AVX-512, LinearTyped dispatches quantised weights here.
+  if (!cpu::LinearTypedHasSimd(DType::kQ8_0)) {
+    CheckKernel(&cpu::LinearTyped, "dispatch", /*int_path=*/true, quantised);
+  }
+}
+
+// A prompt's activation rows are rounded on every thread of the call (each
+// row into the calling thread's scratch); the product equals one thread's.
+TEST(LinearTypedTest, IntPathsRoundAPromptsRowsOnEveryThread) {
+  std::vector<std::pair<const char*, Kernel>> kernels;
+  if (cpu::LinearIntHasSimd()) kernels.push_back({"int", &cpu::LinearInt});
+  if (cpu::LinearIntAvx2HasSimd()) kernels.push_back({"int-avx2", &cpu::LinearIntAvx2});
+  if (kernels.empty()) GTEST_SKIP() << "no integer path on this CPU";
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const int T = 256, K = 2048, N = 64;
+  const std::vector<uint8_t> w = RandomMatrix(DType::kQ4_1, N, K, &rng);
+  std::vector<float> x(static_cast<size_t>(T) * K);
+  for (float& v : x) v = u(rng);
+  for (const auto& [name, kernel] : kernels) {
+    SCOPED_TRACE(name);
+    std::vector<float> one(static_cast<size_t>(T) * N), two(one.size());
+    kernel(x.data(), w.data(), DType::kQ4_1, T, K, N, one.data(), 1);
+    for (int rep = 0; rep < 20; ++rep) {
+      kernel(x.data(), w.data(), DType::kQ4_1, T, K, N, two.data(), 2);
+      ASSERT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * sizeof(float))) << rep;
+    }
+  }
+}
+
+// Both integer paths round a block of activations to the same codes and scale.
+TEST(LinearTypedTest, Avx2AndAvx512RoundActivationsAlike) {
+  if (!cpu::LinearIntHasSimd() || !cpu::LinearIntAvx2HasSimd()) {
+    GTEST_SKIP() << "needs both AVX-512 VNNI and AVX2 on this CPU";
+  }
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  for (int trial = 0; trial < 500; ++trial) {
+    float x[32];
+    for (float& v : x) v = trial == 0 ? 0.0f : u(rng);
+    if (trial % 5 == 1) x[trial % 32] = -1e4f;
+    if (trial % 5 == 2) x[trial % 32] = 1e-30f * u(rng);
+    int16_t q512[32], q2[32];
+    float d512, d2;
+    cpu::QuantiseBlockI16(x, q512, &d512);
+    cpu::QuantiseBlockI16Avx2(x, q2, &d2);
+    ASSERT_EQ(d512, d2) << "trial " << trial;
+    ASSERT_EQ(0, std::memcmp(q512, q2, sizeof(q2))) << "trial " << trial;
+  }
 }
 
 // The bf16 path splits x into two bf16 parts: |x − hi − lo| ≤ 2^-16·|x| on

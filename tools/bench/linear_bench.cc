@@ -7,7 +7,7 @@
 //
 //   build/bin/linear_bench [--shapes 576x576,1536x576,576x1536,49152x576]
 //       [--types q4_1,q8_0,q4_k,f16] [--rows 1,64] [--threads 1,2]
-//       [--path auto|avx2|portable]
+//       [--path auto|avx2|avx2-f32|portable]
 //
 // A shape is NxK (output columns x input length); types whose blocks do not
 // divide K are skipped.
@@ -25,6 +25,7 @@
 #include "core/tensor/dtype.h"
 #include "core/util/cli_args.h"
 #include "kernels/cpu/dense_ops.h"
+#include "kernels/cpu/linear_int.h"
 
 ABSL_FLAG(std::string, shapes, "576x576,1536x576,576x1536,49152x576", "NxK products");
 ABSL_FLAG(std::string, types, "q4_1,q8_0,q4_k,f16", "Weight types");
@@ -33,8 +34,10 @@ ABSL_FLAG(std::string, threads, "1,2", "Thread counts");
 ABSL_FLAG(int32_t, pool_mib, 256, "Bytes of matrix copies cycled through");
 ABSL_FLAG(double, min_seconds, 0.3, "Time spent per cell");
 ABSL_FLAG(std::string, path, "auto",
-          "auto (what LinearTyped picks on this CPU), avx2 (the path of CPUs without AVX-512, "
-          "run here) or portable");
+          "auto (what LinearTyped picks on this CPU), avx2 (the paths of CPUs without AVX-512, "
+          "run here: quantised weights on the AVX2 integer path), avx2-f32 (every type "
+          "dequantised to f32, the AVX2 path for quantised weights before the integer one) or "
+          "portable");
 
 namespace treespec {
 namespace {
@@ -76,16 +79,28 @@ int Main() {
   using Kernel = void (*)(const float*, const void*, DType, int, int, int, float*, int);
   const std::string path = absl::GetFlag(FLAGS_path);
   Kernel kernel = &cpu::LinearTyped;
-  if (path == "avx2") {
+  if (path == "avx2" || path == "avx2-f32") {
     if (!cpu::LinearTypedAvx2HasSimd()) {
-      std::fprintf(stderr, "linear_bench: --path avx2: this CPU has no AVX2, FMA and F16C\n");
+      std::fprintf(stderr, "linear_bench: --path %s: this CPU has no AVX2, FMA and F16C\n",
+                   path.c_str());
       return 1;
     }
     kernel = &cpu::LinearTypedAvx2;
+    if (path == "avx2") {
+      kernel = [](const float* x, const void* w, DType t, int T, int K, int N, float* out,
+                  int threads) {
+        if (cpu::LinearIntTakes(t)) {
+          cpu::LinearIntAvx2(x, w, t, T, K, N, out, threads);
+        } else {
+          cpu::LinearTypedAvx2(x, w, t, T, K, N, out, threads);
+        }
+      };
+    }
   } else if (path == "portable") {
     kernel = &cpu::LinearTypedPortable;
   } else if (path != "auto") {
-    std::fprintf(stderr, "linear_bench: --path '%s' is not auto, avx2 or portable\n", path.c_str());
+    std::fprintf(stderr, "linear_bench: --path '%s' is not auto, avx2, avx2-f32 or portable\n",
+                 path.c_str());
     return 1;
   }
   const std::vector<int> threads = Ints("threads", absl::GetFlag(FLAGS_threads));
