@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention_ops.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/simd_exp.h"
 #include "kernels/cpu/simd_reduce.h"
 #include "kernels/cpu/thread_pool.h"
@@ -106,7 +107,8 @@ __attribute__((target("avx2,fma"))) void MixAvx2(const float* w, const float* vr
 }
 
 bool HaveAvx2() {
-  static const bool have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool have =
+      CpuIsaAllowsAvx2() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return have;
 }
 

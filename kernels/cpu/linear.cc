@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dense_ops.h"
 #include "kernels/cpu/simd_reduce.h"
 
@@ -118,7 +119,8 @@ void LinearPortable(const float* x, const float* w, int T, int K, int N, float* 
 }
 
 bool HaveAvx2Fma() {
-  static const bool have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  static const bool have =
+      CpuIsaAllowsAvx2() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return have;
 }
 

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dense_ops.h"
 #include "kernels/cpu/simd_reduce.h"
 
@@ -133,7 +134,7 @@ TS_BF16 __attribute__((flatten)) void Columns(
 }  // namespace
 
 bool LinearBf16HasSimd() {
-  static const bool have = __builtin_cpu_supports("avx512f") &&
+  static const bool have = CpuIsaAllowsAvx512() && __builtin_cpu_supports("avx512f") &&
                            __builtin_cpu_supports("avx512bw") &&
                            __builtin_cpu_supports("avx512vl") &&
                            __builtin_cpu_supports("avx512dq") &&

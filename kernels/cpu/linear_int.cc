@@ -46,6 +46,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dense_ops.h"
 #include "kernels/cpu/simd_reduce.h"
 #include "kernels/cpu/thread_pool.h"
@@ -405,7 +406,7 @@ TS_VNNI void QuantiseBlockI16(const float* x, int16_t* q, float* d) {
 }
 
 bool LinearIntHasSimd() {
-  static const bool have = __builtin_cpu_supports("avx512f") &&
+  static const bool have = CpuIsaAllowsAvx512() && __builtin_cpu_supports("avx512f") &&
                            __builtin_cpu_supports("avx512bw") &&
                            __builtin_cpu_supports("avx512vl") &&
                            __builtin_cpu_supports("avx512dq") &&

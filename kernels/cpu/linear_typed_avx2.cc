@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dense_ops.h"
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/simd_reduce.h"
@@ -221,7 +222,8 @@ bool LinearTypedAvx2HasSimd() {
   static const bool have = [] {
     unsigned a = 0, b = 0, c = 0, d = 0;
     const bool f16c = __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
-    return f16c && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return CpuIsaAllowsAvx2() && f16c && __builtin_cpu_supports("avx2") &&
+           __builtin_cpu_supports("fma");
   }();
   return have;
 }

@@ -14,6 +14,8 @@
 
 #include <immintrin.h>
 
+#include "kernels/cpu/cpu_features.h"
+
 namespace treespec::cpu {
 
 __attribute__((target("avx512f"))) inline __m512 ExpNonPositive(__m512 x) {
@@ -78,7 +80,8 @@ __attribute__((target("avx512f"))) inline __m512 Softplus(__m512 x) {
 }
 
 inline bool HaveAvx512F() {
-  static const bool have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+  static const bool have = CpuIsaAllowsAvx512() && __builtin_cpu_supports("avx512f") &&
+                           __builtin_cpu_supports("avx512dq");
   return have;
 }
 

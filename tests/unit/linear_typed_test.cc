@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -284,6 +285,23 @@ TEST(LinearTypedTest, QuantiseBlockI16RoundsToNearestOfFullScale) {
     }
     EXPECT_EQ(d, amax / 32767.0f) << "trial " << trial;
     EXPECT_EQ(qmax, trial == 0 ? 0 : 32767) << "trial " << trial;
+  }
+}
+
+// Under TREESPEC_CPU_ISA (the CpuIsa.* runs of this executable,
+// tests/CMakeLists.txt) the wider paths are off, so those runs test the
+// narrower ones; without it, nothing to check.
+TEST(CpuIsaTest, CapTurnsTheWiderPathsOff) {
+  const char* isa = std::getenv("TREESPEC_CPU_ISA");
+  if (isa == nullptr) GTEST_SKIP() << "TREESPEC_CPU_ISA is not set";
+  const std::string cap = isa;
+  if (cap != "avx2" && cap != "portable") GTEST_SKIP() << "TREESPEC_CPU_ISA=" << cap;
+  EXPECT_FALSE(cpu::LinearTypedHasSimd(DType::kQ8_0));
+  EXPECT_FALSE(cpu::LinearIntHasSimd());
+  EXPECT_FALSE(cpu::LinearBf16HasSimd());
+  if (cap == "portable") {
+    EXPECT_FALSE(cpu::LinearTypedAvx2HasSimd());
+    EXPECT_FALSE(cpu::LinearIntAvx2HasSimd());
   }
 }
 
