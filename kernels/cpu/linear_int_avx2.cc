@@ -90,33 +90,29 @@ struct Q8_0A {
   }
 };
 
-struct Q4_0A {
-  static constexpr size_t kBlockBytes = 18;
-  static constexpr bool kHasMin = false;
+// Q4_0 ([d f16][16 code bytes]; its codes taken as signed weights, code − 8)
+// and Q4_1 ([d f16][m f16][16 code bytes]; codes 0..15, the min added apart).
+template <size_t kBytes, bool kMin>
+struct Q4A {
+  static constexpr size_t kBlockBytes = kBytes;
+  static constexpr bool kHasMin = kMin;
   struct State {};
   TS_AVX2I static inline void Decode(const uint8_t* row, int b, State*, WBlock* o) {
     const uint8_t* p = row + b * kBlockBytes;
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2));
-    const __m256i eight = _mm256_set1_epi16(8);  // the codes as signed weights: code − 8
-    o->lo = _mm256_sub_epi16(Nibbles(c, 0), eight);
-    o->hi = _mm256_sub_epi16(Nibbles(c, 4), eight);
-    o->d = _mm256_set1_ps(F16At(p));
-  }
-};
-
-struct Q4_1A {
-  static constexpr size_t kBlockBytes = 20;
-  static constexpr bool kHasMin = true;
-  struct State {};
-  TS_AVX2I static inline void Decode(const uint8_t* row, int b, State*, WBlock* o) {
-    const uint8_t* p = row + b * kBlockBytes;
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 4));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + (kMin ? 4 : 2)));
     o->lo = Nibbles(c, 0);
     o->hi = Nibbles(c, 4);
+    if constexpr (kMin) {
+      o->m = _mm256_set1_ps(F16At(p + 2));
+    } else {
+      o->lo = _mm256_sub_epi16(o->lo, _mm256_set1_epi16(8));
+      o->hi = _mm256_sub_epi16(o->hi, _mm256_set1_epi16(8));
+    }
     o->d = _mm256_set1_ps(F16At(p));
-    o->m = _mm256_set1_ps(F16At(p + 2));
   }
 };
+using Q4_0A = Q4A<18, false>;
+using Q4_1A = Q4A<20, true>;
 
 // Q4_K: block b is sub-block j = b % 8 of the 144-byte block b / 8 ([d]
 // [dmin][12 scale bytes][128 code bytes]); its weights are d·sc_j·code −
