@@ -106,11 +106,7 @@ __attribute__((target("avx2,fma"))) void MixAvx2(const float* w, const float* vr
   }
 }
 
-bool HaveAvx2() {
-  static const bool have =
-      CpuIsaAllowsAvx2() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return have;
-}
+bool HaveAvx2() { return CpuHasAvx2Fma(); }
 
 #define TS_ATTN512 __attribute__((target("avx512f,avx512dq,avx2,fma")))
 

@@ -15,9 +15,15 @@ enum class CpuIsa { kPortable = 0, kAvx2 = 1, kNative = 2 };
 // The cap from TREESPEC_CPU_ISA (read once, thread-safe).
 CpuIsa CpuIsaCap();
 
-// Whether kernels may use AVX-512 / AVX2 instructions (the CPU's own
-// features are checked by each kernel as well).
+// Whether kernels may use AVX-512 instructions (the CPU's own features
+// checked apart; the predicates below check both).
 inline bool CpuIsaAllowsAvx512() { return CpuIsaCap() >= CpuIsa::kNative; }
-inline bool CpuIsaAllowsAvx2() { return CpuIsaCap() >= CpuIsa::kAvx2; }
+
+// The feature sets the kernels dispatch on, each within the cap (read once):
+// AVX2 and FMA; AVX2, FMA and F16C; AVX-512 F, BW, VL, DQ and FMA (paths
+// needing more, VNNI or BF16, ask for those besides).
+bool CpuHasAvx2Fma();
+bool CpuHasAvx2FmaF16c();
+bool CpuHasAvx512();
 
 }  // namespace treespec::cpu

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/tensor/dtype.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace treespec::cpu {
 
@@ -109,6 +110,24 @@ inline void WalkColumns(size_t row_bytes, int T, int n0, int n1, const TileFn& t
 template <class T>
 void TrimScratch(std::vector<T>* v) {
   if (v->size() * sizeof(T) > (size_t{4} << 20)) std::vector<T>().swap(*v);
+}
+
+// The integer paths' frame (linear_int.cc, linear_int_avx2.cc): each of the T
+// activation rows rounded by round(t, rows + t * per_row) into the calling
+// thread's scratch of X, a prompt's rows (8 or more) on every thread of the
+// call, then columns(rows, n0, n1) over ColumnChunks. The scratch is passed
+// on as a pointer: named inside a lambda a pool thread runs, a thread_local
+// would be that thread's own (empty) one.
+template <class X, class RoundFn, class ColumnsFn>
+void RoundRowsThenColumns(int T, int K, int N, int per_row, int threads, const RoundFn& round,
+                          const ColumnsFn& columns) {
+  thread_local std::vector<X> scratch;
+  scratch.resize(static_cast<size_t>(T) * per_row);
+  X* rows = scratch.data();
+  ParallelChunks(T >= 8 ? threads : 1, T,
+                 [&](int t) { round(t, rows + static_cast<int64_t>(t) * per_row); });
+  ColumnChunks(T, K, N, threads, [&](int n0, int n1) { columns(rows, n0, n1); });
+  TrimScratch(&scratch);
 }
 
 }  // namespace treespec::cpu

@@ -118,11 +118,7 @@ void LinearPortable(const float* x, const float* w, int T, int K, int N, float* 
   });
 }
 
-bool HaveAvx2Fma() {
-  static const bool have =
-      CpuIsaAllowsAvx2() && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return have;
-}
+bool HaveAvx2Fma() { return CpuHasAvx2Fma(); }
 
 }  // namespace
 

@@ -134,11 +134,7 @@ TS_BF16 __attribute__((flatten)) void Columns(
 }  // namespace
 
 bool LinearBf16HasSimd() {
-  static const bool have = CpuIsaAllowsAvx512() && __builtin_cpu_supports("avx512f") &&
-                           __builtin_cpu_supports("avx512bw") &&
-                           __builtin_cpu_supports("avx512vl") &&
-                           __builtin_cpu_supports("avx512dq") &&
-                           __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("fma");
+  static const bool have = CpuHasAvx512() && __builtin_cpu_supports("avx512bf16");
   return have;
 }
 

@@ -44,12 +44,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dense_ops.h"
 #include "kernels/cpu/simd_reduce.h"
-#include "kernels/cpu/thread_pool.h"
 
 // GCC 12 warns about the undefined pass-through operand inside the AVX-512
 // intrinsic headers themselves (a known false positive).
@@ -380,20 +378,13 @@ template <class W>
 void Run(const float* x, const uint8_t* w, DType wtype, int T, int K, int N, float* out,
          int threads) {
   const int G = (K / 32 + kGroupBlocks - 1) / kGroupBlocks;
-  thread_local std::vector<XGroup> groups;
-  groups.resize(static_cast<size_t>(T) * G);
-  // Rows are rounded independently: a prompt's on every thread (through a
-  // pointer: `groups` named in the lambda would be the pool thread's own).
-  XGroup* rounded = groups.data();
-  ParallelChunks(T >= 8 ? threads : 1, T, [&](int t) {
-    QuantiseRow(x + static_cast<int64_t>(t) * K, K, wtype, rounded + static_cast<int64_t>(t) * G);
-  });
   const size_t row_bytes = static_cast<size_t>(K / 32) * W::kBlockBytes;
-  const XGroup* xg = groups.data();
-  ColumnChunks(T, K, N, threads, [&](int n0, int n1) {
-    Columns<W>(xg, G, w, row_bytes, T, K, N, n0, n1, out);
-  });
-  TrimScratch(&groups);
+  RoundRowsThenColumns<XGroup>(
+      T, K, N, G, threads,
+      [&](int t, XGroup* g) { QuantiseRow(x + static_cast<int64_t>(t) * K, K, wtype, g); },
+      [&](const XGroup* xg, int n0, int n1) {
+        Columns<W>(xg, G, w, row_bytes, T, K, N, n0, n1, out);
+      });
 }
 
 }  // namespace
@@ -406,11 +397,7 @@ TS_VNNI void QuantiseBlockI16(const float* x, int16_t* q, float* d) {
 }
 
 bool LinearIntHasSimd() {
-  static const bool have = CpuIsaAllowsAvx512() && __builtin_cpu_supports("avx512f") &&
-                           __builtin_cpu_supports("avx512bw") &&
-                           __builtin_cpu_supports("avx512vl") &&
-                           __builtin_cpu_supports("avx512dq") &&
-                           __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma");
+  static const bool have = CpuHasAvx512() && __builtin_cpu_supports("avx512vnni");
   return have;
 }
 

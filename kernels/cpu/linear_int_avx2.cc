@@ -32,13 +32,11 @@
 
 #include <cmath>
 #include <cstring>
-#include <vector>
 
 #include "core/tensor/kquant.h"
 #include "kernels/cpu/dense_ops.h"
 #include "kernels/cpu/linear_int.h"
 #include "kernels/cpu/simd_reduce.h"
-#include "kernels/cpu/thread_pool.h"
 
 namespace treespec::cpu {
 namespace {
@@ -284,19 +282,10 @@ TS_AVX2I void QuantiseRow(const float* x, int K, XBlock* blocks) {
 template <class W>
 void Run(const float* x, const uint8_t* w, int T, int K, int N, float* out, int threads) {
   const int B = K / 32;
-  thread_local std::vector<XBlock> blocks;
-  blocks.resize(static_cast<size_t>(T) * B);
-  // Rows are rounded independently: a prompt's on every thread (through a
-  // pointer: `blocks` named in the lambda would be the pool thread's own).
-  XBlock* rounded = blocks.data();
-  ParallelChunks(T >= 8 ? threads : 1, T, [&](int t) {
-    QuantiseRow(x + static_cast<int64_t>(t) * K, K, rounded + static_cast<int64_t>(t) * B);
-  });
-  const XBlock* xb = blocks.data();
-  ColumnChunks(T, K, N, threads, [&](int n0, int n1) {
-    Columns<W>(xb, B, w, T, N, n0, n1, out);
-  });
-  TrimScratch(&blocks);
+  RoundRowsThenColumns<XBlock>(
+      T, K, N, B, threads,
+      [&](int t, XBlock* b) { QuantiseRow(x + static_cast<int64_t>(t) * K, K, b); },
+      [&](const XBlock* xb, int n0, int n1) { Columns<W>(xb, B, w, T, N, n0, n1, out); });
 }
 
 }  // namespace

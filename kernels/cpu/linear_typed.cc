@@ -242,15 +242,8 @@ void RunAvx512(const float* x, const uint8_t* w, size_t row_bytes, int T, int K,
   });
 }
 
-// F16C is not asked for: the 512-bit vcvtph2ps is AVX-512F itself (and clang
-// 14's __builtin_cpu_supports does not know "f16c").
-bool HaveAvx512() {
-  static const bool have = CpuIsaAllowsAvx512() && __builtin_cpu_supports("avx512f") &&
-                           __builtin_cpu_supports("avx512bw") &&
-                           __builtin_cpu_supports("avx512vl") &&
-                           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("fma");
-  return have;
-}
+// F16C is not asked for: the 512-bit vcvtph2ps is AVX-512F itself.
+bool HaveAvx512() { return CpuHasAvx512(); }
 
 }  // namespace
 

@@ -14,7 +14,6 @@
 // thread (batch invariance, linear.cc's header). A 16-bit or f32 row whose
 // length is not a multiple of 32 ends in a chunk copied into zero-padded
 // buffers (zero weights and activations add nothing).
-#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -216,17 +215,7 @@ void Run(const float* x, const void* w, DType wtype, int T, int K, int N, float*
 
 }  // namespace
 
-bool LinearTypedAvx2HasSimd() {
-  // F16C from CPUID leaf 1 (clang 14's __builtin_cpu_supports does not know
-  // "f16c").
-  static const bool have = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    const bool f16c = __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
-    return CpuIsaAllowsAvx2() && f16c && __builtin_cpu_supports("avx2") &&
-           __builtin_cpu_supports("fma");
-  }();
-  return have;
-}
+bool LinearTypedAvx2HasSimd() { return CpuHasAvx2FmaF16c(); }
 
 void LinearTypedAvx2(const float* x, const void* w, DType wtype, int T, int K, int N,
                      float* out, int threads) {
