@@ -65,7 +65,7 @@ struct TargetRunnerOptions {
   int64_t prefill_chunk_tokens = 256;
   // What a riding piece may add to the pass the trees alone would take, as a
   // share of it, in (0, 4] (worker/target_runner_prefill.cc).
-  double prefill_share = 0.25;
+  double prefill_share = 0.15;
   // Sequences untouched this long are released by ReleaseExpired (zero: never).
   absl::Duration sequence_lease = absl::ZeroDuration();
   absl::Status Validate() const;

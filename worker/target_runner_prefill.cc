@@ -22,13 +22,16 @@
 // from step to step) carries a smaller piece, down to one token, instead of
 // half again its own time: in prefill_stall_test the streams' steps with
 // 7-token trees took 2x their usual 4-token ones once a piece rode on them.
-// The share is a quarter by default (the worker's --prefill_share): with
-// the bound above, 5 of 5 runs of prefill_stall_test kept the streams' p99
-// gap during the admission under twice their median with a quarter (at most
-// 1.7x) and 4 of 5 with half (up to 2.1x), while the 480-token prompt's
-// admission took 1.0-1.6 s with a quarter and 0.4-0.9 s with half, beside
-// three live streams (2 cores, load average 2-3). Before the bound, on a far
-// more loaded machine (load 7-9), a quarter and half were indistinguishable.
+// The share is 0.15 by default (the worker's --prefill_share). In
+// prefill_stall_test (three 480-token admissions beside three live streams,
+// 2 cores) the streams' p99 gap during the admissions was 1.55-1.82x their
+// median around them in 8 of 8 runs with 0.15, and 1.68-2.06x with 0.2 and
+// 1.54-2.03x with 0.25 (one run of 8 over 2x each): every pass of an
+// admission is slowed by about the share, and the machine's own p99 is
+// already 1.3-1.55x the median, so 0.25 left no margin. The admission takes
+// 1.5-1.7 s with 0.15 and 1.0-1.3 s with 0.25; at 64 clients on the CPU demo
+// pair, where new short prompts arrive all the time, the first token takes
+// longer with the smaller share (docs/operations.md).
 // When no open sequence has verified for a few step intervals (no live
 // streams: none verified lately, or those that did were released, as when a
 // client sends its next request the moment its last one finished), Open

@@ -46,9 +46,9 @@ ABSL_FLAG(int64_t, max_tree_nodes, 128, "Largest token tree per sequence per ste
 ABSL_FLAG(int64_t, max_sequences, 256, "Most concurrently open sequences");
 ABSL_FLAG(int64_t, prefill_chunk_tokens, 256,
           "Longest prompt piece prefilled at once; live streams' steps run between pieces");
-ABSL_FLAG(double, prefill_share, 0.25,
+ABSL_FLAG(double, prefill_share, 0.15,
           "What a waiting prompt's piece may add to a live Verify pass it rides on, and to the "
-          "live streams' usual pass (0.25: a quarter); larger: an earlier first token for the "
+          "live streams' usual pass (0.15: 15%); larger: an earlier first token for the "
           "prompt, a less steady pace for live streams");
 ABSL_FLAG(double, sequence_lease_s, 60,
           "Seconds after its last Open/Verify that a sequence is released (its client is presumed "

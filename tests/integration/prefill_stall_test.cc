@@ -1,7 +1,7 @@
-// Prefill never stalls live streams (issue 10 point 3): while a prompt near
-// the context limit is admitted into a lane, the sequences already streaming
+// Prefill never stalls live streams (issue 10 point 3): while prompts near
+// the context limit are admitted into a lane, the sequences already streaming
 // in that lane keep their pace — their p99 inter-chunk latency during the
-// admission is at most twice their median. Worker, Mamba drafter and
+// admissions is at most twice their median. Worker, Mamba drafter and
 // coordinator run as their binaries with default flags (three processes on
 // loopback, the CPU demo models): the services as deployed are what is
 // tested, each with its own CPU threads.
@@ -23,11 +23,11 @@
 // choice of trees, which under "auto" may switch between plain steps (one
 // token a chunk, ~1.5 ms) and trees (~4 tokens, ~4.5 ms) at any moment. Each
 // client keeps one stream going all along (a new request when one ends), so
-// the streams outlive the admission. The streams' median gap is taken over
-// the steps just before and just after the admission (a window as long as
-// the admission on each side, at least a second): on a shared machine the
-// pace drifts with the load of other processes, and the admission must be
-// compared with the pace of the same moment.
+// the streams outlive the admissions. The streams' median gap is taken over
+// the steps just before and just after each admission (a window as long as
+// the longest admission on each side, at least a second): on a shared
+// machine the pace drifts with the load of other processes, and the
+// admissions must be compared with the pace of the same moment.
 //
 // The bound can only be judged where the streams keep it without any
 // admission: when other processes load the machine so much that the gaps
@@ -51,6 +51,7 @@ using std::chrono::milliseconds;
 
 constexpr int kLiveStreams = 3;
 constexpr int kLongPrompt = 480;  // the demo target has 512 positions
+constexpr int kAdmissions = 3;
 constexpr int kStreamTokens = 200;
 const char kStreamShape[] = "chain:3";
 
@@ -65,31 +66,48 @@ double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(
 
 using Arrivals = std::vector<std::vector<Clock::time_point>>;
 
+struct Span {
+  Clock::time_point start, end;
+};
+
 // Gaps between consecutive chunks of each stream (each request's first two
-// steps skipped): those overlapping [start, end) go to `during`, the others
-// within `window` of it to `around`.
-void SplitGaps(const Arrivals& arrivals, Clock::time_point start, Clock::time_point end,
+// steps skipped): those overlapping an admission go to `during`, the others
+// within `window` of one to `around`.
+void SplitGaps(const Arrivals& arrivals, const std::vector<Span>& admissions,
                Clock::duration window, std::vector<double>* during, std::vector<double>* around) {
   for (const auto& a : arrivals) {
     for (size_t k = 2; k < a.size(); ++k) {
+      const auto overlaps = [&](Clock::duration margin) {
+        return std::any_of(admissions.begin(), admissions.end(), [&](const Span& s) {
+          return a[k] > s.start - margin && a[k - 1] < s.end + margin;
+        });
+      };
       const double gap = Ms(a[k] - a[k - 1]);
-      if (a[k] > start && a[k - 1] < end) {
+      if (overlaps(Clock::duration::zero())) {
         during->push_back(gap);
-      } else if (a[k] > start - window && a[k - 1] < end + window) {
+      } else if (overlaps(window)) {
         around->push_back(gap);
       }
     }
   }
 }
 
-// Measured 2026-11-26 on this 2-core machine (a helper's builds running at
-// nice 10 beside it, load average 2-3), 5 runs each: with the worker's
-// default --prefill_share 0.25 all 5 passed (the streams' median gap 3.2-3.8
-// ms around the admission, 3.9-4.4 ms during it, p99 during 5.4-6.4 ms; the
-// 480-token admission took 1.0-1.6 s); with 0.5, 4 of 5 passed (p99 during up
-// to 2.1x the median, the admission 0.4-0.9 s). Before the piece was bounded
-// by the streams' usual pass and short prompts went first, the streams'
-// median gap during the admission was 2-4x their median around it.
+// Three admissions, not one: a single one lasts about a second, 800 gaps,
+// so its p99 is the 8th largest gap, and one hiccup of a shared machine
+// (all three streams late for two or three steps) decides it; CI failed so
+// on 2026-11-26 (p99 6.2 ms against a median of 2.9 around). With three,
+// 2300-3700 gaps fall during the admissions.
+//
+// Measured 2026-11-26 (later) on the 2-core development machine, 8 runs each (the
+// p99 gap during the admissions over the median around them): with the
+// worker's default --prefill_share 0.15, 1.55-1.82x, all 8 passed (the
+// streams' median gap 1.10-1.18x during, each admission 1.5-1.7 s); with
+// 0.2, 1.68-2.06x, 7 of 8; with 0.25 (the default until then), 1.54-2.03x,
+// 7 of 8. Every pass of an admission is slowed by about the share, and
+// without any the gaps' p99 is already 1.3-1.55x their median. Before the
+// piece was bounded by the streams' usual pass and short prompts went first,
+// the streams' median gap during the admission was 2-4x their median around
+// it.
 TEST(PrefillStallTest, LongPromptAdmissionKeepsLiveStreamsAtPace) {
   if (!HaveDemoModels()) GTEST_SKIP() << "models/demo is missing";
   // The service binaries with their default flags.
@@ -143,36 +161,43 @@ TEST(PrefillStallTest, LongPromptAdmissionKeepsLiveStreamsAtPace) {
                          milliseconds(120000)));
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
 
-  // The long prompt.
-  std::vector<int32_t> prompt;
-  for (int i = 0; i < kLongPrompt; ++i) prompt.push_back(3 + (i * 37) % 2000);
-  const Clock::time_point admit_start = Clock::now();
-  std::atomic<int64_t> first_token_ns{0};
-  GenerateOptions lo;
-  lo.on_chunk = [&](const GenerateResult& r) {
-    if (r.num_chunks == 1) first_token_ns = (Clock::now() - admit_start).count();
-  };
-  GenerateResult long_result = RunGenerate(stub.get(), MakeRequest(prompt, 4, "mamba"), lo);
-  ASSERT_TRUE(long_result.status.ok()) << long_result.status.error_message();
-  const Clock::time_point admit_end = admit_start + Clock::duration(first_token_ns.load());
-  const Clock::duration window =
-      std::max<Clock::duration>(admit_end - admit_start, std::chrono::seconds(1));
-  // The streams go on for the window after the admission, then stop.
-  std::this_thread::sleep_until(admit_end + window);
+  // The long prompts, one after another, each followed by a window of the
+  // streams alone.
+  std::vector<Span> admissions;
+  Clock::duration window = std::chrono::seconds(1);
+  for (int n = 0; n < kAdmissions; ++n) {
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < kLongPrompt; ++i) prompt.push_back(3 + (i * 37 + n * 101) % 2000);
+    const Clock::time_point admit_start = Clock::now();
+    std::atomic<int64_t> first_token_ns{0};
+    GenerateOptions lo;
+    lo.on_chunk = [&](const GenerateResult& r) {
+      if (r.num_chunks == 1) first_token_ns = (Clock::now() - admit_start).count();
+    };
+    GenerateResult long_result = RunGenerate(stub.get(), MakeRequest(prompt, 4, "mamba"), lo);
+    ASSERT_TRUE(long_result.status.ok()) << long_result.status.error_message();
+    const Clock::time_point admit_end = admit_start + Clock::duration(first_token_ns.load());
+    admissions.push_back({admit_start, admit_end});
+    window = std::max<Clock::duration>(window, admit_end - admit_start);
+    std::this_thread::sleep_until(admit_end + window);
+  }
   stop = true;
   for (std::thread& t : streams) t.join();
 
   std::vector<double> around, during;
   {
     absl::MutexLock lock(&mu);
-    SplitGaps(arrivals, admit_start, admit_end, window, &during, &around);
+    SplitGaps(arrivals, admissions, window, &during, &around);
   }
+  double admitted_ms = 0;
+  for (const Span& a : admissions) admitted_ms = std::max(admitted_ms, Ms(a.end - a.start));
   const double median = Percentile(around, 0.5);
   const double around_p99 = Percentile(around, 0.99);
   const double p99 = Percentile(during, 0.99);
-  std::printf("admission %.1f ms; live gaps around it: median %.1f ms, p99 %.1f ms over %zu; "
-              "during it: median %.1f ms, p99 %.1f ms over %zu (max %.1f)\n",
-              Ms(admit_end - admit_start), median, around_p99, around.size(),
+  std::printf("%d admissions, longest %.1f ms; live gaps around them: median %.1f ms, "
+              "p99 %.1f ms over %zu; during them: median %.1f ms, p99 %.1f ms over %zu "
+              "(max %.1f)\n",
+              kAdmissions, admitted_ms, median, around_p99, around.size(),
               Percentile(during, 0.5), p99, during.size(), Percentile(during, 1.0));
   ASSERT_FALSE(during.empty()) << "no step overlapped the admission";
   ASSERT_FALSE(around.empty()) << "no step around the admission";

@@ -970,7 +970,8 @@ TEST_F(TargetRunnerTest, PromptPiecesGrowWithTheBatchTheyRideOn) {
   // live, 0.8 s to the first token).
   Make(1024);
   PacedModel paced(model_.get(), /*fixed_ms=*/1.0, /*per_token_ms=*/0.25);
-  TargetRunner runner(&paced, {.max_context = 256, .max_tree_nodes = 16});
+  // A quarter, not the default, so that a piece is several tokens.
+  TargetRunner runner(&paced, {.max_context = 256, .max_tree_nodes = 16, .prefill_share = 0.25});
   Streams streams;
   streams.Open(&runner, 1, 16);
   for (int i = 0; i < 30; ++i) streams.Verify(&runner, 1 + i % 2);  // 1.25-1.5 ms passes
