@@ -1,6 +1,7 @@
 #include "coordinator/spec_planner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <utility>
 
@@ -31,11 +32,13 @@ SpecPlanner::SpecPlanner(SpecPlannerOptions options)
 void SpecPlanner::SetVerifyProfile(VerifyCostModel verify) {
   verify_ = std::move(verify);
   ready_ = true;
+  learned_ = true;
 }
 
 void SpecPlanner::SetDraftProfile(DraftCostModel draft) {
   draft_ = std::move(draft);
   has_draft_prior_ = true;
+  learned_ = true;
 }
 
 void SpecPlanner::SeedPrior(const VerifyStepFeatures& f, double s) {
@@ -103,6 +106,19 @@ absl::StatusOr<ShapePlan> SpecPlanner::Plan(absl::Span<const PlanSequence> batch
   const double kp = time_factor(false, b), km = time_factor(true, b);
   ++planned_;
   const bool check_step = options_.check_every > 0 && planned_ >= next_check_;
+  if (KeepsPlain(batch, greedy, check_step, kp * raw_plain)) {
+    last_batch_ = b;
+    last_raw_plain_ = raw_plain;
+    ShapePlan p;
+    p.shapes.resize(batch.size());
+    p.expected_tokens.assign(batch.size(), 1.0);
+    return p;
+  }
+  replan_at_ = planned_ + options_.plain_replan_every;
+  plan_greedy_ = greedy;
+  plan_plain_seconds_ = kp * raw_plain;
+  learned_ = false;
+  ++searches_;
   absl::StatusOr<ShapePlan> plan = CalibratedPlan(batch, a, o, kp, km);
   if (!plan.ok()) return plan;
   double km_used = km;
@@ -137,10 +153,25 @@ absl::StatusOr<ShapePlan> SpecPlanner::Plan(absl::Span<const PlanSequence> batch
     next_check_ = planned_ + check_interval_;
   }
   last_batch_ = b;
+  last_plan_batch_ = b;
   last_raw_plain_ = raw_plain;
   last_raw_marginal_ = (plan->step_seconds - plan->plain_seconds) / km_used;
   if (!speculate) MakePlain(batch, &*plan);
   return plan;
+}
+
+bool SpecPlanner::KeepsPlain(absl::Span<const PlanSequence> batch, bool greedy, bool check_step,
+                             double plain_seconds) const {
+  if (!prefers_plain_ || check_step || learned_ || planned_ >= replan_at_ ||
+      greedy != plan_greedy_ || static_cast<int64_t>(batch.size()) != last_plan_batch_ ||
+      std::abs(plain_seconds - plan_plain_seconds_) >
+          options_.plain_replan_change * plan_plain_seconds_) {
+    return false;
+  }
+  // A named shape is drafted whatever the plan: such a batch is planned.
+  return std::none_of(batch.begin(), batch.end(), [](const PlanSequence& s) {
+    return s.can_draft && s.fixed_shape.has_value();
+  });
 }
 
 std::vector<PlanSequence> SpecPlanner::CheckSubset(absl::Span<const PlanSequence> batch,
@@ -229,6 +260,7 @@ void SpecPlanner::ObserveStepRate(int64_t batch, int64_t committed, double wall_
   k = std::clamp(k, kMinFactor, kMaxFactor);
   double& f = time_factor_[speculated ? 1 : 0][Bucket(batch)];
   f = f == 0.0 ? k : options_.calibration_decay * f + (1 - options_.calibration_decay) * k;
+  learned_ |= speculated;
 }
 
 void SpecPlanner::ObserveDraftShare(int64_t batch, double share) {
@@ -236,6 +268,7 @@ void SpecPlanner::ObserveDraftShare(int64_t batch, double share) {
   share = std::min(share, 1.0);
   double& f = draft_share_[Bucket(batch)];
   f = f < 0.0 ? share : options_.calibration_decay * f + (1 - options_.calibration_decay) * share;
+  learned_ = true;
 }
 
 double SpecPlanner::draft_share(int64_t batch) const {
@@ -251,6 +284,7 @@ void SpecPlanner::ObserveTrees(absl::Span<const TokenTree> trees,
                                absl::Span<const std::vector<int32_t>> paths, bool greedy) {
   if (trees.empty()) return;
   (void)(greedy ? greedy_ : sampling_).ObserveBatch(trees, paths);
+  learned_ = true;
 }
 
 void SpecPlanner::ObserveVerify(const VerifyStepFeatures& f, double forward_seconds,
@@ -268,6 +302,7 @@ void SpecPlanner::ObserveVerify(const VerifyStepFeatures& f, double forward_seco
 void SpecPlanner::ObserveDraft(const DraftStepFeatures& f, double seconds) {
   if (!(seconds > 0) || f.levels < 1) return;
   draft_.Observe(f, seconds);
+  learned_ = true;
 }
 
 }  // namespace treespec

@@ -135,6 +135,18 @@ struct SpecPlannerOptions {
   // concurrency 64, where no tree pays, four full checks in a 256-step run
   // cost 2-4% of plain decoding's rate.
   int check_max_sequences = 8;
+  // While plain is preferred, the decision is made again every this many
+  // planned steps, and at once on a check step, after anything the planner
+  // learns from speculation (acceptance, the added-time factor, the draft
+  // model, a profile), when the batch's size or verification rule changes,
+  // and when the calibrated plain step time has moved by more than
+  // plain_replan_change of what it was at the last search (the verify fit
+  // while young, the plain time factor); the steps between decode plainly
+  // without the search over the candidate shapes, which cost 12 us a step
+  // for one sequence with the default 13 shapes (1.4% of a 0.85 ms CPU demo
+  // step) to find plain again. 1 or less: every step.
+  int plain_replan_every = 8;
+  double plain_replan_change = 0.05;
   double calibration_decay = 0.7;  // EMA weight of the old time factor
 };
 
@@ -180,6 +192,9 @@ class SpecPlanner {
   // found that no tree pays: the lane then decodes plainly, and the step
   // machine sends its auto sequences no catch-ups (StepMachine::PlanCatchUps).
   bool prefers_plain() const { return prefers_plain_; }
+  // Planned steps (after the probes) that searched the candidate shapes;
+  // the others kept plain decoding (SpecPlannerOptions::plain_replan_every).
+  int64_t searches() const { return searches_; }
   // The most sequences a check step taken while plain speculates for.
   int check_max_sequences() const { return options_.check_max_sequences; }
 
@@ -190,6 +205,11 @@ class SpecPlanner {
  private:
   void SeedPrior(const VerifyStepFeatures& f, double seconds);
   bool Pays(const ShapePlan& plan) const;
+  // Whether this planned step keeps the last plan's plain decoding without
+  // a search (SpecPlannerOptions::plain_replan_every).
+  // `plain_seconds`: the calibrated plain step time of this batch now.
+  bool KeepsPlain(absl::Span<const PlanSequence> batch, bool greedy, bool check_step,
+                  double plain_seconds) const;
   // The sequences the `round`-th partial check step may speculate
   // (check_max_sequences of them; the others get can_draft = false).
   std::vector<PlanSequence> CheckSubset(absl::Span<const PlanSequence> batch, int64_t round) const;
@@ -212,6 +232,12 @@ class SpecPlanner {
   int64_t check_interval_ = 0;            // planned steps between check steps
   int64_t next_check_ = 0;                // the next check step's planned_
   int64_t checks_ = 0;                    // partial check steps planned
+  int64_t replan_at_ = 0;                 // planned_ of the next search while plain
+  int64_t last_plan_batch_ = 0;           // batch size of the last search
+  bool plan_greedy_ = true;               // its verification rule
+  bool learned_ = true;                   // models changed since (see KeepsPlain)
+  double plan_plain_seconds_ = 0.0;       // its calibrated plain step time
+  int64_t searches_ = 0;                  // see searches()
   static constexpr int kBuckets = 12;     // batch 1, 2-3, 4-7, ..., >= 2048
   double time_factor_[2][kBuckets] = {};  // [km?][bucket]; 0: not measured
   double draft_share_[kBuckets] = {};     // [bucket]; < 0: not measured

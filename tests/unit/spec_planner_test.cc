@@ -13,13 +13,15 @@ namespace {
 
 // A planner whose models make chain:3 pay 2x for a batch of 4: cheap
 // drafting, verify dominated by its per-step cost, drafts always accepted.
-SpecPlanner PayingPlanner(int check_max_sequences = 8) {
+SpecPlanner PayingPlanner(int check_max_sequences = 8, int check_every = 4,
+                          int plain_replan_every = 8) {
   SpecPlannerOptions o;
   o.candidates = {*TreeShape::Parse("chain:3")};
   o.probe_steps = 0;
   o.planner.explore = 0.0;
-  o.check_every = 4;
+  o.check_every = check_every;
   o.check_max_sequences = check_max_sequences;
+  o.plain_replan_every = plain_replan_every;
   SpecPlanner p(o);
   VerifyCostModel::Coefficients v;
   v.per_step = 10e-3;
@@ -89,6 +91,46 @@ TEST(SpecPlannerTest, TimeCalibrationTurnsSpeculationSlowerThanPredictedPlain) {
   EXPECT_NEAR(p.time_factor(false, 64), 0.5, 1e-9);
   EXPECT_NEAR(p.time_factor(false, 4), 1.0, 1e-9);
   EXPECT_NEAR(p.time_factor(false, 16), 0.5, 1e-9) << "nearest measured: 64 (bucket 6 vs 2)";
+}
+
+// While plain is preferred, the shapes are searched again every
+// plain_replan_every planned steps while nothing changes (plain measured as
+// modelled); at once when the plain step time moves (plain measured 8x
+// slower than modelled, so that chain:3 pays again), when the batch size
+// changes, and after anything learned from speculation.
+TEST(SpecPlannerTest, WhilePlainTheShapesAreSearchedEveryFewSteps) {
+  for (int every : {1, 8}) {
+    SpecPlanner p = PayingPlanner(8, /*check_every=*/0, every);
+    auto first = p.Plan(Batch4(), true);
+    ASSERT_TRUE(first.ok());
+    ASSERT_TRUE(first->call_drafter);
+    const double plain = first->plain_seconds, added = first->step_seconds - first->plain_seconds;
+    p.ObserveStepRate(4, 16, plain + 4 * added, /*speculated=*/true);  // km 4: plain wins
+    for (int step = 1; step <= 24; ++step) {
+      auto plan = p.Plan(Batch4(), true);
+      ASSERT_TRUE(plan.ok());
+      ASSERT_FALSE(plan->call_drafter) << "every " << every << ", step " << step;
+      EXPECT_EQ(plan->shapes.size(), 4u);
+      EXPECT_EQ(plan->expected_tokens, std::vector<double>(4, 1.0));
+      p.ObserveStepRate(4, 4, plain, false);
+    }
+    EXPECT_EQ(p.searches(), every == 1 ? 25 : 1 + 3) << "every " << every;
+    p.ObserveStepRate(4, 16, plain + 4 * added, true);  // learned: searched at once
+    ASSERT_FALSE(p.Plan(Batch4(), true)->call_drafter);
+    EXPECT_EQ(p.searches(), every == 1 ? 26 : 5);
+    p.ObserveStepRate(4, 4, 8 * plain, false);  // kp 8: chain:3 pays again
+    EXPECT_TRUE(p.Plan(Batch4(), true)->call_drafter) << "every " << every;
+  }
+  SpecPlanner p = PayingPlanner(8, /*check_every=*/0, /*plain_replan_every=*/8);
+  auto first = p.Plan(Batch4(), true);
+  ASSERT_TRUE(first.ok());
+  const double plain = first->plain_seconds, added = first->step_seconds - first->plain_seconds;
+  p.ObserveStepRate(4, 16, plain + 4 * added, true);
+  ASSERT_FALSE(p.Plan(Batch4(), true)->call_drafter);
+  ASSERT_FALSE(p.Plan(Batch4(), true)->call_drafter);
+  EXPECT_EQ(p.searches(), 2) << "the second plain step kept the first's";
+  ASSERT_FALSE(p.Plan(std::vector<PlanSequence>(5), true)->call_drafter);
+  EXPECT_EQ(p.searches(), 3) << "batch 5 searched";
 }
 
 // The sequences of a plan that have a tree.
