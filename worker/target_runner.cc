@@ -183,8 +183,10 @@ std::vector<StepOutcome> TargetRunner::Verify(const std::vector<StepSpec>& steps
   // Waiting prompts ride on this pass (target_runner_prefill.cc).
   std::vector<Prefill*> pieces;
   if (num_verify > 0) {
-    pieces = TakePieces(
-        FusedTokens(static_cast<int64_t>(num_verify), verify_tokens, verify_attended), &batch);
+    int64_t whole = 0;
+    const int64_t budget =
+        FusedTokens(static_cast<int64_t>(num_verify), verify_tokens, verify_attended, &whole);
+    pieces = TakePieces(budget, whole, &batch);
   }
   const double piece_attended = PiecesAttended(pieces, batch, num_verify);
   ForwardOptions options = VerifyOptions(vb, pieces);

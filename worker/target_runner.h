@@ -223,8 +223,10 @@ class TargetRunner {
   int64_t ChunkTokens() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Prompt tokens a Verify pass of `streams` sequences' `verify_tokens` tree
   // nodes carries, which attend `verify_attended` positions in all (Attended).
-  int64_t FusedTokens(int64_t streams, int64_t verify_tokens, double verify_attended) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `whole`: the tokens a prompt may bring when they finish it (the share of
+  // the pass alone, without the usual-pass bound).
+  int64_t FusedTokens(int64_t streams, int64_t verify_tokens, double verify_attended,
+                      int64_t* whole) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The share of a pass its piece may add: prefill_share, times the waiting
   // prompts per live stream when they outnumber the streams.
   double PieceShare(int64_t streams) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -246,7 +248,9 @@ class TargetRunner {
   // Appends to `batch` the next pieces of the waiting prompts, oldest first,
   // `budget` tokens in all, and returns their Prefills (one per piece).
   // Cancels those released meanwhile.
-  std::vector<Prefill*> TakePieces(int64_t budget, std::vector<ForwardSeq>* batch)
+  // A prompt whose rest fits in `whole` tokens (left of it) is fed whole even
+  // past `budget`.
+  std::vector<Prefill*> TakePieces(int64_t budget, int64_t whole, std::vector<ForwardSeq>* batch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The pieces ran as batch entries [first, first + pieces.size()) of a pass
   // that returned `st`: commits them, and samples the first token of and

@@ -29,9 +29,11 @@
 // 1.54-2.03x with 0.25 (one run of 8 over 2x each): every pass of an
 // admission is slowed by about the share, and the machine's own p99 is
 // already 1.3-1.55x the median, so 0.25 left no margin. The admission takes
-// 1.5-1.7 s with 0.15 and 1.0-1.3 s with 0.25; at 64 clients on the CPU demo
-// pair, where new short prompts arrive all the time, the first token takes
-// longer with the smaller share (docs/operations.md).
+// 1.5-1.7 s with 0.15 and 1.0-1.3 s with 0.25. A prompt whose rest fits in
+// the share of the pass is fed whole even where the usual-pass bound allows
+// less (FusedTokens): with 0.15, 64 clients on the CPU demo pair otherwise
+// kept 40-43 sequences live and the first token at 220-450 ms
+// (docs/operations.md).
 // When no open sequence has verified for a few step intervals (no live
 // streams: none verified lately, or those that did were released, as when a
 // client sends its next request the moment its last one finished), Open
@@ -203,7 +205,7 @@ double TargetRunner::PieceShare(int64_t streams) const {
 }
 
 int64_t TargetRunner::FusedTokens(int64_t streams, int64_t verify_tokens,
-                                  double verify_attended) const {
+                                  double verify_attended, int64_t* whole) const {
   // The piece may add PieceShare of the pass the trees alone would take, as
   // the fit predicts it. Without a fit the fixed part of a pass is taken as
   // 0 and a prompt token as dear as a tree token (n = share * v holds the
@@ -214,12 +216,20 @@ int64_t TargetRunner::FusedTokens(int64_t streams, int64_t verify_tokens,
   const double share = PieceShare(streams);
   const int64_t most = std::clamp<int64_t>(static_cast<int64_t>(4 * share * v), 1,
                                            options_.prefill_chunk_tokens);
-  if (!HasPassFit()) return std::clamp<int64_t>(static_cast<int64_t>(share * v), 1, most);
+  if (!HasPassFit()) {
+    *whole = std::clamp<int64_t>(static_cast<int64_t>(share * v), 1, most);
+    return *whole;
+  }
   const double verify_s = pass_time_.Predict({1.0, v, verify_attended});
   double budget = share * verify_s;
+  *whole = PieceTokensWithin(budget, most);
   // Nor may the pass exceed 1 + share times the streams' usual pass (an EMA
   // of what their trees take): a pass whose trees are already large for them
   // carries a smaller piece, or one token when they alone pass that bound.
+  // Except a prompt whose rest fits in the share of the pass (`whole`): it
+  // delays the streams once, and the batch grows exactly so while prompts
+  // are admitted (the EMA lags behind it), so that one token a pass held 64
+  // clients' batch at about 40 sequences (TakePieces).
   if (streams_pass_s_ > 0) {
     budget = std::min(budget, (1 + share) * streams_pass_s_ - verify_s);
   }
@@ -247,7 +257,7 @@ void TargetRunner::FailOpen(Prefill* p, absl::Status st) {
   p->done = true;
 }
 
-std::vector<TargetRunner::Prefill*> TargetRunner::TakePieces(int64_t budget,
+std::vector<TargetRunner::Prefill*> TargetRunner::TakePieces(int64_t budget, int64_t whole,
                                                              std::vector<ForwardSeq>* batch) {
   std::vector<Prefill*> pieces;
   // Shortest remaining prompt first: a short prompt that arrives while a
@@ -269,6 +279,8 @@ std::vector<TargetRunner::Prefill*> TargetRunner::TakePieces(int64_t budget,
                       "sequence_id ", p->id, " was released while its prompt was prefilled")));
       continue;
     }
+    const int64_t rest = static_cast<int64_t>(p->prompt->size() - p->fed);
+    if (rest > budget && rest <= whole) budget = rest;
     if (p == oldest && budget <= 0) budget = 1;
     if (budget <= 0) continue;
     const size_t end = std::min(p->prompt->size(), p->fed + static_cast<size_t>(budget));
@@ -282,6 +294,7 @@ std::vector<TargetRunner::Prefill*> TargetRunner::TakePieces(int64_t budget,
     piece.hidden_all = !table_.FindAny(p->id)->feature_layers.empty();
     batch->push_back(std::move(piece));
     budget -= static_cast<int64_t>(end - p->fed);
+    whole -= static_cast<int64_t>(end - p->fed);
     pieces.push_back(p);
   }
   return pieces;
@@ -324,7 +337,8 @@ void TargetRunner::FinishPieces(const std::vector<Prefill*>& pieces,
 
 void TargetRunner::RunOwnChunk() {
   std::vector<ForwardSeq> batch;
-  const std::vector<Prefill*> pieces = TakePieces(ChunkTokens(), &batch);
+  const int64_t chunk = ChunkTokens();
+  const std::vector<Prefill*> pieces = TakePieces(chunk, chunk, &batch);
   if (pieces.empty()) return;
   const double attended = PiecesAttended(pieces, batch, 0);
   const int64_t t0 = NowNs();

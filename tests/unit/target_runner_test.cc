@@ -993,6 +993,24 @@ TEST_F(TargetRunnerTest, PromptPiecesGrowWithTheBatchTheyRideOn) {
   EXPECT_GE(mean, 2.0) << "prompt tokens per pass once the batch had grown";
 }
 
+TEST_F(TargetRunnerTest, AShortPromptIsFedWholeWhenTheTreesAreAboveTheirUsualPass) {
+  // A pass whose trees are above the streams' usual pass carries one token
+  // of a long prompt (the usual-pass bound), but a prompt whose rest fits in
+  // the share of the pass goes in whole. The batch grows exactly so while
+  // prompts are admitted: at 64 clients on the CPU demo pair one token a
+  // pass kept 40 of 64 sequences live, the first token at 330-450 ms with
+  // the Mamba drafter.
+  Make(1024);
+  PacedModel paced(model_.get(), /*fixed_ms=*/1.0, /*per_token_ms=*/0.25);
+  TargetRunner runner(&paced, {.max_context = 256, .max_tree_nodes = 16, .prefill_share = 0.25});
+  Streams streams;
+  streams.Open(&runner, 1, 16);
+  for (int i = 0; i < 30; ++i) streams.Verify(&runner, 1 + i % 2);  // 1.25-1.5 ms passes
+  // All sixteen now: a 5 ms pass, far above 1.25x the usual; a quarter of
+  // it is 1.25 ms, 5 prompt tokens of 0.25 ms.
+  EXPECT_EQ(PassesUntilOpened(&runner, &streams, {{100, Prompt(7, 4), {}, 0, 64}}), 1);
+}
+
 TEST_F(TargetRunnerTest, ManyWaitingPromptsAreAdmittedInAFewPasses) {
   // Twelve prompts waiting beside two streams: the pieces may add a quarter
   // of the pass for each waiting prompt per stream (six at first: about 8
