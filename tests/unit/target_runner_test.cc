@@ -962,6 +962,21 @@ double MeanPiece(PacedModel* paced, size_t from, size_t to) {
   return sum / static_cast<double>(std::max<size_t>(1, to - from));
 }
 
+// Sixteen streams on a paced model (1 ms a pass + 0.25 ms a token), whose
+// usual pass is one or two of them (30 passes of 1.25-1.5 ms); a share of a
+// quarter, not the default, so that a piece is several tokens.
+struct SixteenPacedStreams {
+  explicit SixteenPacedStreams(SequenceModel* model)
+      : paced(model, /*fixed_ms=*/1.0, /*per_token_ms=*/0.25),
+        runner(&paced, {.max_context = 256, .max_tree_nodes = 16, .prefill_share = 0.25}) {
+    streams.Open(&runner, 1, 16);
+    for (int i = 0; i < 30; ++i) streams.Verify(&runner, 1 + i % 2);
+  }
+  PacedModel paced;
+  TargetRunner runner;
+  Streams streams;
+};
+
 TEST_F(TargetRunnerTest, PromptPiecesGrowWithTheBatchTheyRideOn) {
   // The bound on a pass with a piece follows what the streams' trees take.
   // It once followed only the passes that carried no piece: while prompts
@@ -969,12 +984,10 @@ TEST_F(TargetRunnerTest, PromptPiecesGrowWithTheBatchTheyRideOn) {
   // every piece was one token (spec_bench, 64 clients: 25 of 64 sequences
   // live, 0.8 s to the first token).
   Make(1024);
-  PacedModel paced(model_.get(), /*fixed_ms=*/1.0, /*per_token_ms=*/0.25);
-  // A quarter, not the default, so that a piece is several tokens.
-  TargetRunner runner(&paced, {.max_context = 256, .max_tree_nodes = 16, .prefill_share = 0.25});
-  Streams streams;
-  streams.Open(&runner, 1, 16);
-  for (int i = 0; i < 30; ++i) streams.Verify(&runner, 1 + i % 2);  // 1.25-1.5 ms passes
+  SixteenPacedStreams s(model_.get());
+  PacedModel& paced = s.paced;
+  TargetRunner& runner = s.runner;
+  Streams& streams = s.streams;
   // Now all sixteen verify (5 ms passes) while a long prompt is admitted.
   // Once the bound has followed them (an EMA: 20 passes), a quarter of a
   // pass is 1.25 ms, about 4 prompt tokens of 0.25 ms; the old bound
@@ -1001,14 +1014,10 @@ TEST_F(TargetRunnerTest, AShortPromptIsFedWholeWhenTheTreesAreAboveTheirUsualPas
   // pass kept 40 of 64 sequences live, the first token at 330-450 ms with
   // the Mamba drafter.
   Make(1024);
-  PacedModel paced(model_.get(), /*fixed_ms=*/1.0, /*per_token_ms=*/0.25);
-  TargetRunner runner(&paced, {.max_context = 256, .max_tree_nodes = 16, .prefill_share = 0.25});
-  Streams streams;
-  streams.Open(&runner, 1, 16);
-  for (int i = 0; i < 30; ++i) streams.Verify(&runner, 1 + i % 2);  // 1.25-1.5 ms passes
+  SixteenPacedStreams s(model_.get());
   // All sixteen now: a 5 ms pass, far above 1.25x the usual; a quarter of
   // it is 1.25 ms, 5 prompt tokens of 0.25 ms.
-  EXPECT_EQ(PassesUntilOpened(&runner, &streams, {{100, Prompt(7, 4), {}, 0, 64}}), 1);
+  EXPECT_EQ(PassesUntilOpened(&s.runner, &s.streams, {{100, Prompt(7, 4), {}, 0, 64}}), 1);
 }
 
 TEST_F(TargetRunnerTest, ManyWaitingPromptsAreAdmittedInAFewPasses) {
