@@ -10,7 +10,8 @@
 #
 # Usage: tools/gpu_spec_check.sh .gpu     (bundle from tools/gpu_bundle.sh with
 #        spec_bench, treespec-worker and treespec-drafter in .gpu/bin)
-# Environment: SPEC_ROUNDS (default 2), SPEC_SKIP_7B=1, SPEC_7B_DIR (default
+# Environment: SPEC_ROUNDS (default 2), SPEC_TREES (default "auto;chain:4"; the
+# bars are on auto, the default), SPEC_SKIP_7B=1, SPEC_7B_DIR (default
 # /tmp/random-7b, written if missing; 13.5 GB), SPEC_BUDGET seconds (default 300:
 # the 7B part is skipped when less than 100 s are left).
 set -uo pipefail
@@ -23,6 +24,7 @@ T0=$(date +%s)
 say() { printf '[gpu_spec %4ss] %s\n' "$(( $(date +%s) - T0 ))" "$*"; }
 left() { echo $(( ${SPEC_BUDGET:-300} - ($(date +%s) - T0) )); }
 ROUNDS=${SPEC_ROUNDS:-2}
+TREES=${SPEC_TREES:-auto;chain:4}
 USELESS=/tmp/useless-drafter
 [ -f "$USELESS/model.safetensors" ] ||
   python3 tools/models/randomize_weights.py models/demo/transformer-drafter "$USELESS" >/dev/null
@@ -31,7 +33,7 @@ say "demo pair, --device cuda"
 timeout $(( $(left) > 200 ? 200 : $(left) )) "$BIN/spec_bench" --bin "$BIN" --device cuda \
   --target models/demo/target \
   --drafters "mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter,useless:transformer=$USELESS" \
-  --trees "auto;chain:4" --concurrency 1,4,16,64 --rounds "$ROUNDS"
+  --trees "$TREES" --concurrency 1,4,16,64 --rounds "$ROUNDS"
 say "demo pair: exit $?"
 
 if [ "${SPEC_SKIP_7B:-0}" != 1 ] && [ "$(left)" -gt 100 ]; then
@@ -42,8 +44,8 @@ if [ "${SPEC_SKIP_7B:-0}" != 1 ] && [ "$(left)" -gt 100 ]; then
   fi
   say "7B-shape fp16 target, useless drafter, --device cuda"
   timeout $(( $(left) - 5 )) "$BIN/spec_bench" --bin "$BIN" --device cuda --target "$BIG" \
-    --drafters "useless:transformer=$USELESS" --trees "auto;chain:4" --concurrency 1,16,64 \
-    --max_tokens 64 --requests_per_client 1 --rounds 1
+    --drafters "useless:transformer=$USELESS" --trees "$TREES" --concurrency 1,16,64 \
+    --max_tokens 128 --requests_per_client 2 --rounds "$ROUNDS"
   say "7B: exit $?"
 else
   say "7B part skipped ($(left) s left)"
