@@ -106,6 +106,16 @@ absl::StatusOr<ShapePlan> SpecPlanner::Plan(absl::Span<const PlanSequence> batch
   const double kp = time_factor(false, b), km = time_factor(true, b);
   ++planned_;
   const bool check_step = options_.check_every > 0 && planned_ >= next_check_;
+  if (check_step) {
+    feeds_check_ = false;
+  } else if (prefers_plain_ && options_.check_every > 0 && options_.check_lead > 0 &&
+             planned_ + options_.check_lead >= next_check_ && lead_for_check_ != next_check_) {
+    // The check ahead drafts when the uncalibrated models say speculation
+    // pays (as below); if it will, its sequences' backlogs are fed first.
+    lead_for_check_ = next_check_;
+    absl::StatusOr<ShapePlan> raw = CalibratedPlan(batch, a, o, kp, 1.0);
+    feeds_check_ = km != 1.0 && raw.ok() && Pays(*raw);
+  }
   if (KeepsPlain(batch, greedy, check_step, kp * raw_plain)) {
     last_batch_ = b;
     last_raw_plain_ = raw_plain;

@@ -135,6 +135,19 @@ struct SpecPlannerOptions {
   // concurrency 64, where no tree pays, four full checks in a 256-step run
   // cost 2-4% of plain decoding's rate.
   int check_max_sequences = 8;
+  // While plain is preferred no catch-ups feed the drafter, so a check
+  // step's Draft call would also feed each sequence everything committed
+  // since the last check (16 to 256 tokens), and such a step is not timed
+  // (StepMachine::PlanDrafts): checks taught acceptance but never the added
+  // time factor, so a factor measured too high (or borrowed from another
+  // batch size) kept plain decoding for good. On an H100 the Mamba demo
+  // drafter at 16 clients ran at 0.87-0.91x plain in the rounds where that
+  // happened and 1.17-1.43x in those where it did not. So this many planned
+  // steps before a check that will draft, the planner says so
+  // (feeds_check), and the step machine catches the drafter up for the
+  // check's sequences: the check drafts with a short backlog and is timed.
+  // 0: no lead.
+  int check_lead = 4;
   // While plain is preferred, the decision is made again every this many
   // planned steps, and at once on a check step, after anything the planner
   // learns from speculation (acceptance, the added-time factor, the draft
@@ -197,6 +210,11 @@ class SpecPlanner {
   int64_t searches() const { return searches_; }
   // The most sequences a check step taken while plain speculates for.
   int check_max_sequences() const { return options_.check_max_sequences; }
+  // Whether a check step that will draft is at most check_lead planned steps
+  // away while plain is preferred (SpecPlannerOptions::check_lead): the
+  // drafter's backlog of up to check_max_sequences sequences should be fed
+  // before it.
+  bool feeds_check() const { return feeds_check_ && prefers_plain_; }
 
   const VerifyCostModel& verify() const { return verify_; }
   const DraftCostModel& draft() const { return draft_; }
@@ -232,6 +250,8 @@ class SpecPlanner {
   int64_t check_interval_ = 0;            // planned steps between check steps
   int64_t next_check_ = 0;                // the next check step's planned_
   int64_t checks_ = 0;                    // partial check steps planned
+  int64_t lead_for_check_ = -1;           // next_check_ whose lead was planned
+  bool feeds_check_ = false;              // see feeds_check()
   int64_t replan_at_ = 0;                 // planned_ of the next search while plain
   int64_t last_plan_batch_ = 0;           // batch size of the last search
   bool plan_greedy_ = true;               // its verification rule

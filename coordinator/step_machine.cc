@@ -136,7 +136,10 @@ std::optional<DraftItem> StepMachine::DraftItemFor(Seq* s) {
   const GenerationRequest& g = s->req->request();
   if (s->drafter == Seq::Drafter::kNone) return std::nullopt;
   if (s->drafter != Seq::Drafter::kOpen) {
-    s->rec.draft = DraftVerdict::kDrafterUnavailable;
+    // While no tree pays, a sequence without drafter state (deferred by
+    // Admit, or opening for a check) decodes plainly by the planner's choice,
+    // as it would with one: not a fallback in its stats and metrics.
+    if (!PlainPreferredFor(*s)) s->rec.draft = DraftVerdict::kDrafterUnavailable;
     return std::nullopt;
   }
   if (s->catching_up) return std::nullopt;  // planned plain: PlanAuto left it out

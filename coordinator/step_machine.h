@@ -324,7 +324,9 @@ class StepMachine {
   // OnCaughtUp. Sampled sequences never catch up this way: whether the
   // catch-up returned before their next step would change their trees, and
   // so a seeded sample. Nor do auto sequences while the planner finds that
-  // no tree pays (SpecPlanner::prefers_plain).
+  // no tree pays (SpecPlanner::prefers_plain), except, a few steps before a
+  // check step that will draft (SpecPlanner::feeds_check), up to the check's
+  // number of them, so that the check's Draft call is timed.
   std::vector<DraftItem> PlanCatchUps();
   // The catch-up of `ids` returned: one status per id, or the RPC's failure
   // (the drafter's state is then unknown: re-open later).

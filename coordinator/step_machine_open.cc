@@ -179,6 +179,8 @@ void StepMachine::OnDrafterOpened(const std::vector<uint64_t>& ids,
 std::vector<DraftItem> StepMachine::PlanCatchUps() {
   std::vector<DraftItem> items;
   if (options_.catch_up_tokens <= 0) return items;
+  const bool feed_check = planner_->feeds_check();
+  int fed_for_check = 0;
   for (auto& s : seqs_) {
     if (!Stepping(*s)) continue;
     s->plain_run = s->rec.draft == DraftVerdict::kDrafted ? 0 : s->plain_run + 1;
@@ -188,12 +190,15 @@ std::vector<DraftItem> StepMachine::PlanCatchUps() {
     // While no tree pays, an auto sequence's catch-ups would only keep the
     // drafter busy beside the Verify (on a shared GPU or CPU that slows every
     // step: 0.64x plain at concurrency 64 on an H200, docs/gpu/
-    // spec_bench_h200_2026-11-26.txt); the next drafted step (a check, or
-    // the load falling) feeds the backlog in its Draft, or, once trees pay
-    // again, a catch-up does.
-    if (g.auto_tree && planner_->Ready() && planner_->prefers_plain()) continue;
+    // spec_bench_h200_2026-11-26.txt); once trees pay again, a catch-up
+    // feeds the backlog. The exception: a check that will draft is a few
+    // steps away (SpecPlanner::feeds_check), and as many sequences as it
+    // drafts for are caught up, so that its Draft call is timed.
+    const bool plain = g.auto_tree && planner_->Ready() && planner_->prefers_plain();
+    if (plain && !feed_check) continue;
     const size_t behind = s->tokens.size() - s->drafter_consumed;
     if (behind < static_cast<size_t>(options_.catch_up_tokens)) continue;
+    if (plain && fed_for_check++ >= planner_->check_max_sequences()) continue;
     // All but the last token: the next Draft must bring at least one new
     // token (its root), and the catch-up may return before another step has
     // committed one (its reply is handled at the top of the next iteration).

@@ -335,24 +335,32 @@ TEST_F(StepMachineTest, SampledSequencesNeverCatchUpBesideTheSteps) {
 // Profiles where a Draft call costs a second make every tree lose; after the
 // planner's probe steps (drafted, answered with rejected chains) the lane
 // decodes plainly and the drafter falls ever further behind, uncaught.
-TEST(StepMachineCatchUpTest, NoCatchUpsWhileNoTreePays) {
+// Start-up profiles: a verify step costs 1 ms + 10 us a token, a Draft
+// call `draft_call` seconds. Sequence ids 10, 11, ...
+StepMachineOptions ProfiledOptions(double draft_call) {
   VerifyCostModel::Coefficients v;
   v.per_step = 1e-3;
   v.per_token = 1e-5;
   StepMachineOptions o;
-  o.next_sequence_id = [] { return uint64_t{10}; };
+  o.next_sequence_id = [next = uint64_t{10}]() mutable { return next++; };
   o.verify_profile = *VerifyCostModel::FromCoefficients(v);
-  o.draft_profile = *DraftCostModel::FromCoefficients({1.0, 0.0, 0.0, 0.0});
-  StepMachine m(o);
-  GenerationRequest g;
-  g.prompt = {1, 2};
-  g.max_tokens = 200;
-  g.drafter = "d";
-  g.auto_tree = true;
-  auto r = std::make_shared<RequestState>(g, Clock::now(), std::nullopt);
-  m.Admit({r}, Clock::now(), true);
-  m.OnWorkerOpened({10}, std::vector<WorkerOpenReply>{{absl::OkStatus(), 100}}, Clock::now());
-  m.OnDrafterOpened({10}, std::vector<absl::Status>{absl::OkStatus()}, Clock::now());
+  o.draft_profile = *DraftCostModel::FromCoefficients({draft_call, 0.0, 0.0, 0.0});
+  return o;
+}
+
+// Admits a greedy "auto" request (AutoRequest) as sequence 10 and opens it on
+// the worker (first token 100) and on the drafter.
+std::shared_ptr<RequestState> OpenFirstAuto(StepMachine* m, int max_tokens) {
+  auto r = AutoRequest(0, max_tokens);
+  m->Admit({r}, Clock::now(), true);
+  m->OnWorkerOpened({10}, std::vector<WorkerOpenReply>{{absl::OkStatus(), 100}}, Clock::now());
+  m->OnDrafterOpened({10}, std::vector<absl::Status>{absl::OkStatus()}, Clock::now());
+  return r;
+}
+
+TEST(StepMachineCatchUpTest, NoCatchUpsWhileNoTreePays) {
+  StepMachine m(ProfiledOptions(1.0));
+  auto r = OpenFirstAuto(&m, 200);
   int32_t next = 101, drafted = 0;
   for (int i = 0; i < 6 * StepMachineOptions{}.catch_up_tokens; ++i) {
     std::vector<DraftItem> d = m.PlanDrafts();
@@ -373,15 +381,7 @@ TEST(StepMachineCatchUpTest, NoCatchUpsWhileNoTreePays) {
 
 TEST(StepMachineDeferTest, WhileNoTreePaysOnlyACheckOfSequencesOpensOnTheDrafter) {
   // Drafting costs a second a call: the planner settles on plain decoding.
-  VerifyCostModel::Coefficients v;
-  v.per_step = 1e-3;
-  v.per_token = 1e-5;
-  StepMachineOptions o;
-  uint64_t next_id = 10;
-  o.next_sequence_id = [&next_id] { return next_id++; };
-  o.verify_profile = *VerifyCostModel::FromCoefficients(v);
-  o.draft_profile = *DraftCostModel::FromCoefficients({1.0, 0.0, 0.0, 0.0});
-  StepMachine m(o);
+  StepMachine m(ProfiledOptions(1.0));
   auto request = [](float temperature) { return AutoRequest(temperature, 200); };
   StepMachine::Admission first = m.Admit({request(0)}, Clock::now(), true);
   ASSERT_EQ(first.drafter.size(), 1u) << "before any plan the drafter is opened";
@@ -402,7 +402,7 @@ TEST(StepMachineDeferTest, WhileNoTreePaysOnlyACheckOfSequencesOpensOnTheDrafter
   // Twelve greedy arrivals: drafter state for the check's worth only (one
   // sequence has it already); a sampled one (its own bandit) opens anyway.
   std::vector<std::shared_ptr<RequestState>> arrivals;
-  for (int i = 0; i < 12; ++i) arrivals.push_back(request(0));
+  for (int i = 0; i < 12; ++i) arrivals.push_back(AutoRequest(0, 2));  // a step each
   arrivals.push_back(request(0.8f));
   StepMachine::Admission a = m.Admit(arrivals, Clock::now(), true);
   EXPECT_EQ(static_cast<int>(a.drafter.size()), most - 1 + 1);
@@ -423,6 +423,18 @@ TEST(StepMachineDeferTest, WhileNoTreePaysOnlyACheckOfSequencesOpensOnTheDrafter
                                         DraftReply{absl::OkStatus(), absl::OkStatus(), 1, 0,
                                                    {-1}, false, 1000}));
   EXPECT_EQ(m.PlanVerify().size(), 14u);
+  // The deferred ones decoded plainly by the planner's choice, not for want
+  // of a drafter: their stats count no fallback step (nor do the others').
+  m.ApplyVerify(std::vector<VerifyReply>(14, VerifyReply{absl::OkStatus(), {7}, 0}));
+  for (size_t i = 0; i < 12; ++i) {
+    v1::GenerateResponse c, last;
+    bool done = false;
+    absl::Status st;
+    while (arrivals[i]->Pop(absl::ZeroDuration(), &c, &done, &st)) last = c;
+    ASSERT_TRUE(done) << "arrival " << i << " ran to its 2 tokens";
+    EXPECT_EQ(last.speculation().steps(), 1) << "arrival " << i;
+    EXPECT_EQ(last.speculation().fallback_steps(), 0) << "arrival " << i;
+  }
 }
 
 TEST(StepMachineProfileTest, StartUpProfilesBecomeThePlannersPriors) {
@@ -572,6 +584,80 @@ TEST(StepMachineSampledAutoTest, PerfectDrafterKeepsSpeculating) {
   std::vector<bool> drafted = RunSampledAuto(64, [](int32_t depth) { return depth; });
   ASSERT_EQ(drafted.size(), 64u);
   for (size_t i = 0; i < drafted.size(); ++i) EXPECT_TRUE(drafted[i]) << "step " << i;
+}
+
+// While plain is preferred no catch-ups feed the drafter, so a check step
+// would feed everything committed since the last check in its Draft call,
+// and such a step is not timed: a too-high added-time factor could never be
+// corrected by the checks (on an H100 the Mamba demo drafter stuck at
+// 0.87-0.91x plain at 16 clients where it otherwise ran at 1.4x). A few
+// steps before a check that drafts, the sequence is caught up, so the check
+// drafts with a short backlog and teaches the factor. Here a perfect drafter
+// (every tree accepted whole) is timed as very slow (20 ms steps): plain is
+// preferred, the first check confirms it, and the second, timed as the
+// models predict, brings the factor down.
+TEST(StepMachineCatchUpTest, ACheckWhilePlainIsFedFirstSoItIsTimed) {
+  StepMachineOptions o = ProfiledOptions(5e-4);
+  for (const char* t : {"chain:2", "chain:3", "chain:4"}) {
+    o.bandit_shapes.push_back(*TreeShape::Parse(t));
+  }
+  StepMachine m(o);
+  auto r = OpenFirstAuto(&m, 100000);
+  const int probes = SpecPlannerOptions{}.probe_steps;
+  const int lead = SpecPlannerOptions{}.check_lead;
+  int32_t next = 101;
+  int drafted = 0, catch_ups = 0, last_catch_up = -1;
+  double km_before_second_check = 0.0;
+  for (int step = 0; step < 200 && drafted < probes + 3; ++step) {
+    std::vector<DraftItem> d = m.PlanDrafts();
+    std::vector<int32_t> commit;
+    std::vector<int32_t> path{0};
+    if (d.empty()) {
+      m.ApplyDrafts(std::vector<DraftReply>{});
+      commit = {next++};
+    } else {
+      ++drafted;
+      if (drafted > probes + 1) {
+        // A check: caught up a few steps before, so its Draft brings only
+        // what came since.
+        EXPECT_GE(last_catch_up, step - lead - 1) << "step " << step << ": check not fed";
+        EXPECT_LE(d[0].new_tokens.size(), 1u + lead) << "step " << step;
+      }
+      if (drafted == probes + 3) km_before_second_check = m.planner().time_factor(true, 1);
+      const TreeShape shape = *TreeShape::Parse(d[0].shape);
+      DraftReply reply{absl::OkStatus(), absl::OkStatus(), shape.NumNodes(), next - 1};
+      reply.parents = ShapeParents(shape);
+      m.ApplyDrafts(std::vector<DraftReply>{reply});
+      int32_t level_begin = 1;
+      commit.push_back(next++);
+      for (int64_t size : shape.LevelSizes()) {
+        path.push_back(level_begin);  // the first child of the last accepted node
+        commit.push_back(next++);
+        level_begin += static_cast<int32_t>(size);
+      }
+    }
+    ASSERT_EQ(m.PlanVerify().size(), 1u);
+    if (d.empty()) path.clear();
+    m.ApplyVerify(std::vector<VerifyReply>{
+        {absl::OkStatus(), commit, static_cast<int32_t>(commit.size()) - 1, path}});
+    // Speculative steps take 20 ms, except the second check (1.7 ms: what
+    // the models predict); plain ones 1.1 ms.
+    const double wall = d.empty() ? 1.1e-3 : drafted == probes + 3 ? 1.7e-3 : 20e-3;
+    m.OnStepTimes(d.empty() ? 0.0 : 5e-4, 1e-3, 1.1e-3, wall, d.empty() ? 0.0 : 6e-4);
+    std::vector<DraftItem> c = m.PlanCatchUps();
+    if (!c.empty()) {
+      ASSERT_EQ(c.size(), 1u);
+      EXPECT_TRUE(c[0].catch_up);
+      EXPECT_TRUE(m.planner().prefers_plain()) << "step " << step;
+      ++catch_ups;
+      last_catch_up = step;
+      m.OnCaughtUp({10}, std::vector<absl::Status>{absl::OkStatus()});
+    }
+  }
+  ASSERT_EQ(drafted, probes + 3) << "probes, one planned tree, two checks";
+  EXPECT_EQ(catch_ups, 2) << "one before each check";
+  EXPECT_NEAR(km_before_second_check, 8.0, 1e-9) << "the slow steps set the factor to its cap";
+  EXPECT_LT(m.planner().time_factor(true, 1), 7.0) << "the second check was timed";
 }
 
 TEST(ValidateDraftedTreeTest, NamesTheFirstDefect) {
