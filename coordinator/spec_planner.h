@@ -215,6 +215,8 @@ class SpecPlanner {
   // drafter's backlog of up to check_max_sequences sequences should be fed
   // before it.
   bool feeds_check() const { return feeds_check_ && prefers_plain_; }
+  // The planned step of the next check (names the check feeds_check is for).
+  int64_t next_check() const { return next_check_; }
 
   const VerifyCostModel& verify() const { return verify_; }
   const DraftCostModel& draft() const { return draft_; }

@@ -391,6 +391,9 @@ class StepMachine {
   // drafted sequence on average (PlanDrafts; a step's accepted path and bonus
   // token are at most a tree's depth + 1).
   bool step_backlog_ = false;
+  // Catch-ups sent for the check at planned step fed_check_ (PlanCatchUps).
+  int64_t fed_check_ = -1;
+  int fed_for_check_ = 0;
   static constexpr size_t kMaxMeanNewTokens = 16;
   int32_t draft_ahead_ = 0;     // StepMachineOptions::draft_ahead, as set now
   int64_t draft_ahead_max_batch_ = 0;

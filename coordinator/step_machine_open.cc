@@ -180,7 +180,10 @@ std::vector<DraftItem> StepMachine::PlanCatchUps() {
   std::vector<DraftItem> items;
   if (options_.catch_up_tokens <= 0) return items;
   const bool feed_check = planner_->feeds_check();
-  int fed_for_check = 0;
+  if (feed_check && fed_check_ != planner_->next_check()) {
+    fed_check_ = planner_->next_check();
+    fed_for_check_ = 0;
+  }
   for (auto& s : seqs_) {
     if (!Stepping(*s)) continue;
     s->plain_run = s->rec.draft == DraftVerdict::kDrafted ? 0 : s->plain_run + 1;
@@ -198,7 +201,9 @@ std::vector<DraftItem> StepMachine::PlanCatchUps() {
     if (plain && !feed_check) continue;
     const size_t behind = s->tokens.size() - s->drafter_consumed;
     if (behind < static_cast<size_t>(options_.catch_up_tokens)) continue;
-    if (plain && fed_for_check++ >= planner_->check_max_sequences()) continue;
+    // At most the check's number of sequences over its whole lead.
+    if (plain && fed_for_check_ >= planner_->check_max_sequences()) continue;
+    fed_for_check_ += plain;
     // All but the last token: the next Draft must bring at least one new
     // token (its root), and the catch-up may return before another step has
     // committed one (its reply is handled at the top of the next iteration).

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <functional>
+#include <map>
 
 #include "coordinator/lane_rpc.h"
 #include "coordinator/release_queue.h"
@@ -596,12 +597,52 @@ TEST(StepMachineSampledAutoTest, PerfectDrafterKeepsSpeculating) {
 // (every tree accepted whole) is timed as very slow (20 ms steps): plain is
 // preferred, the first check confirms it, and the second, timed as the
 // models predict, brings the factor down.
-TEST(StepMachineCatchUpTest, ACheckWhilePlainIsFedFirstSoItIsTimed) {
+// One step of `m` against a drafter whose trees are accepted whole (the
+// first child of every accepted node); plain sequences commit one token.
+// Tokens are numbered from *next. Returns the step's Draft items.
+std::vector<DraftItem> PerfectStep(StepMachine* m, int32_t* next) {
+  std::vector<DraftItem> d = m->PlanDrafts();
+  std::vector<DraftReply> replies;
+  std::map<uint64_t, TreeShape> shapes;
+  for (const DraftItem& it : d) {
+    const TreeShape shape = *TreeShape::Parse(it.shape);
+    DraftReply reply{absl::OkStatus(), absl::OkStatus(), shape.NumNodes(), it.new_tokens.back()};
+    reply.parents = ShapeParents(shape);
+    replies.push_back(std::move(reply));
+    shapes.emplace(it.id, shape);
+  }
+  m->ApplyDrafts(replies);
+  std::vector<VerifyReply> verified;
+  for (const VerifyItem& v : m->PlanVerify()) {
+    VerifyReply r{absl::OkStatus(), {(*next)++}, 0};
+    if (v.drafted) {
+      r.accepted_nodes = {0};
+      int32_t level_begin = 1;
+      for (int64_t size : shapes.at(v.id).LevelSizes()) {
+        r.accepted_nodes.push_back(level_begin);
+        r.tokens.push_back((*next)++);
+        level_begin += static_cast<int32_t>(size);
+      }
+      r.num_accepted = static_cast<int32_t>(r.tokens.size()) - 1;
+    }
+    verified.push_back(std::move(r));
+  }
+  m->ApplyVerify(verified);
+  return d;
+}
+
+// Candidate shapes chain:2-4 and cheap drafting (0.5 ms a call): trees pay
+// under the models, until speculative steps are timed as slow.
+StepMachineOptions ChainOptions() {
   StepMachineOptions o = ProfiledOptions(5e-4);
   for (const char* t : {"chain:2", "chain:3", "chain:4"}) {
     o.bandit_shapes.push_back(*TreeShape::Parse(t));
   }
-  StepMachine m(o);
+  return o;
+}
+
+TEST(StepMachineCatchUpTest, ACheckWhilePlainIsFedFirstSoItIsTimed) {
+  StepMachine m(ChainOptions());
   auto r = OpenFirstAuto(&m, 100000);
   const int probes = SpecPlannerOptions{}.probe_steps;
   const int lead = SpecPlannerOptions{}.check_lead;
@@ -609,13 +650,8 @@ TEST(StepMachineCatchUpTest, ACheckWhilePlainIsFedFirstSoItIsTimed) {
   int drafted = 0, catch_ups = 0, last_catch_up = -1;
   double km_before_second_check = 0.0;
   for (int step = 0; step < 200 && drafted < probes + 3; ++step) {
-    std::vector<DraftItem> d = m.PlanDrafts();
-    std::vector<int32_t> commit;
-    std::vector<int32_t> path{0};
-    if (d.empty()) {
-      m.ApplyDrafts(std::vector<DraftReply>{});
-      commit = {next++};
-    } else {
+    std::vector<DraftItem> d = PerfectStep(&m, &next);
+    if (!d.empty()) {
       ++drafted;
       if (drafted > probes + 1) {
         // A check: caught up a few steps before, so its Draft brings only
@@ -624,22 +660,7 @@ TEST(StepMachineCatchUpTest, ACheckWhilePlainIsFedFirstSoItIsTimed) {
         EXPECT_LE(d[0].new_tokens.size(), 1u + lead) << "step " << step;
       }
       if (drafted == probes + 3) km_before_second_check = m.planner().time_factor(true, 1);
-      const TreeShape shape = *TreeShape::Parse(d[0].shape);
-      DraftReply reply{absl::OkStatus(), absl::OkStatus(), shape.NumNodes(), next - 1};
-      reply.parents = ShapeParents(shape);
-      m.ApplyDrafts(std::vector<DraftReply>{reply});
-      int32_t level_begin = 1;
-      commit.push_back(next++);
-      for (int64_t size : shape.LevelSizes()) {
-        path.push_back(level_begin);  // the first child of the last accepted node
-        commit.push_back(next++);
-        level_begin += static_cast<int32_t>(size);
-      }
     }
-    ASSERT_EQ(m.PlanVerify().size(), 1u);
-    if (d.empty()) path.clear();
-    m.ApplyVerify(std::vector<VerifyReply>{
-        {absl::OkStatus(), commit, static_cast<int32_t>(commit.size()) - 1, path}});
     // Speculative steps take 20 ms, except the second check (1.7 ms: what
     // the models predict); plain ones 1.1 ms.
     const double wall = d.empty() ? 1.1e-3 : drafted == probes + 3 ? 1.7e-3 : 20e-3;
@@ -658,6 +679,52 @@ TEST(StepMachineCatchUpTest, ACheckWhilePlainIsFedFirstSoItIsTimed) {
   EXPECT_EQ(catch_ups, 2) << "one before each check";
   EXPECT_NEAR(km_before_second_check, 8.0, 1e-9) << "the slow steps set the factor to its cap";
   EXPECT_LT(m.planner().time_factor(true, 1), 7.0) << "the second check was timed";
+}
+
+// Twelve sequences with drafter state, a check drafting for eight: over the
+// steps before each check, catch-ups go to eight sequences at most, though
+// the others fall as far behind (the catch-ups here return at once, so each
+// step of the lead could feed more).
+TEST(StepMachineCatchUpTest, ACheckFeedsOnlyAsManySequencesAsItDrafts) {
+  StepMachine m(ChainOptions());
+  std::vector<std::shared_ptr<RequestState>> reqs;
+  std::vector<uint64_t> ids;
+  std::vector<WorkerOpenReply> opened;
+  for (int i = 0; i < 12; ++i) {
+    reqs.push_back(AutoRequest(0, 100000));
+    ids.push_back(10 + i);
+    opened.push_back({absl::OkStatus(), 100});
+  }
+  m.Admit(reqs, Clock::now(), true);
+  m.OnWorkerOpened(ids, opened, Clock::now());
+  m.OnDrafterOpened(ids, std::vector<absl::Status>(ids.size(), absl::OkStatus()), Clock::now());
+  const int probes = SpecPlannerOptions{}.probe_steps;
+  const int most = m.planner().check_max_sequences();
+  ASSERT_LT(most, 12);
+  int32_t next = 101;
+  int drafted = 0, window = 0;
+  std::vector<int> fed;  // catch-ups sent before each check
+  for (int step = 0; step < 400 && fed.size() < 3; ++step) {
+    std::vector<DraftItem> d = PerfectStep(&m, &next);
+    if (!d.empty() && ++drafted > probes + 1) {
+      EXPECT_LE(static_cast<int>(d.size()), most) << "a check drafts for a few";
+      fed.push_back(window);
+    }
+    if (!d.empty()) window = 0;
+    m.OnStepTimes(d.empty() ? 0.0 : 5e-4, 1e-3, 1.1e-3, d.empty() ? 1.1e-3 : 20e-3,
+                  d.empty() ? 0.0 : 6e-4);
+    std::vector<DraftItem> c = m.PlanCatchUps();
+    window += static_cast<int>(c.size());
+    std::vector<uint64_t> caught;
+    for (const DraftItem& it : c) caught.push_back(it.id);
+    if (!c.empty()) {
+      m.OnCaughtUp(caught, std::vector<absl::Status>(caught.size(), absl::OkStatus()));
+    }
+  }
+  ASSERT_EQ(fed.size(), 3u) << "three checks while plain";
+  for (size_t k = 0; k < fed.size(); ++k) EXPECT_LE(fed[k], most) << "check " << k;
+  EXPECT_EQ(fed[1], most) << "the second check's lead fed a check's worth";
+  EXPECT_EQ(fed[2], most);
 }
 
 TEST(ValidateDraftedTreeTest, NamesTheFirstDefect) {
