@@ -52,7 +52,12 @@ StepMachine::Admission StepMachine::Admit(std::vector<std::shared_ptr<RequestSta
     if (options_.has_drafter && g.drafter != "none") {
       s->drafter = Seq::Drafter::kClosed;
       if (drafter_may_try && !DefersDrafter(*s)) {
-        s->drafter_first_open = true;
+        // While no tree pays, a greedy auto sequence steps (plainly) at
+        // once: its Open serves a later check only, and what it decodes
+        // meanwhile reaches the drafter as backlog. Waiting for the Open
+        // kept each new sequence idle for a drafter prefill (a serial one
+        // on a CPU the two share).
+        s->drafter_first_open = drafter_reads_features || !PlainPreferredFor(*s);
         // A drafter reading the target's features (EAGLE) is opened once the
         // worker's prefill returned the prompt's (PlanDrafterOpens).
         if (!drafter_reads_features) {

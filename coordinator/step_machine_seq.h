@@ -27,6 +27,7 @@ struct StepMachine::Seq {
   bool drafter_owned = false;
   // The Open sent at admission has not returned: the sequence does not step
   // yet, so that its trees (and a seeded sample) never depend on timing.
+  // Not set for a greedy auto sequence admitted while no tree pays (Admit).
   bool drafter_first_open = false;
   size_t drafter_consumed = 0;  // tokens the drafter's state has seen
   size_t drafter_open_len = 0;  // prompt length of the Open in flight

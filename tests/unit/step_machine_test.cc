@@ -414,19 +414,18 @@ TEST(StepMachineDeferTest, WhileNoTreePaysOnlyACheckOfSequencesOpensOnTheDrafter
   m.OnWorkerOpened(ids, std::vector<WorkerOpenReply>(13, {absl::OkStatus(), 100}), Clock::now());
   EXPECT_TRUE(m.PlanDrafterOpens(Clock::now()).empty())
       << "the deferred sequences stay without drafter state while plain pays";
-  // The deferred ones step at once (plainly): all thirteen are verified
-  // beside the first, though only the opened ones' drafter Opens returned.
-  std::vector<uint64_t> opened;
-  for (const DrafterOpenItem& d : a.drafter) opened.push_back(d.id);
-  m.OnDrafterOpened(opened, std::vector<absl::Status>(opened.size(), absl::OkStatus()),
-                    Clock::now());
-  m.ApplyDrafts(std::vector<DraftReply>(m.PlanDrafts().size(),
-                                        DraftReply{absl::OkStatus(), absl::OkStatus(), 1, 0,
-                                                   {-1}, false, 1000}));
-  EXPECT_EQ(m.PlanVerify().size(), 14u);
-  // The deferred ones decoded plainly by the planner's choice, not for want
-  // of a drafter: their stats count no fallback step (nor do the others').
-  m.ApplyVerify(std::vector<VerifyReply>(14, VerifyReply{absl::OkStatus(), {7}, 0}));
+  // The greedy ones step at once (plainly), the deferred ones and those
+  // whose drafter Open is still in flight alike: all twelve are verified
+  // beside the first; the sampled one waits for its Open (its trees must
+  // not depend on timing).
+  EXPECT_TRUE(m.PlanDrafts().empty());
+  m.ApplyDrafts(std::vector<DraftReply>{});
+  std::vector<VerifyItem> v = m.PlanVerify();
+  ASSERT_EQ(v.size(), 13u);
+  for (const VerifyItem& it : v) EXPECT_NE(it.id, 10u + 13) << "the sampled one stepped";
+  // They decoded plainly by the planner's choice, not for want of a
+  // drafter: their stats count no fallback step.
+  m.ApplyVerify(std::vector<VerifyReply>(13, VerifyReply{absl::OkStatus(), {7}, 0}));
   for (size_t i = 0; i < 12; ++i) {
     v1::GenerateResponse c, last;
     bool done = false;
@@ -436,6 +435,16 @@ TEST(StepMachineDeferTest, WhileNoTreePaysOnlyACheckOfSequencesOpensOnTheDrafter
     EXPECT_EQ(last.speculation().steps(), 1) << "arrival " << i;
     EXPECT_EQ(last.speculation().fallback_steps(), 0) << "arrival " << i;
   }
+  // The Opens return after the sequences they were for ended; the sampled
+  // one steps from now on.
+  std::vector<uint64_t> opened;
+  for (const DrafterOpenItem& d : a.drafter) opened.push_back(d.id);
+  m.OnDrafterOpened(opened, std::vector<absl::Status>(opened.size(), absl::OkStatus()),
+                    Clock::now());
+  m.ApplyDrafts(std::vector<DraftReply>(m.PlanDrafts().size(),
+                                        DraftReply{absl::OkStatus(), absl::OkStatus(), 1, 0,
+                                                   {-1}, false, 1000}));
+  EXPECT_EQ(m.PlanVerify().size(), 2u) << "the first request and the sampled one";
 }
 
 TEST(StepMachineProfileTest, StartUpProfilesBecomeThePlannersPriors) {
