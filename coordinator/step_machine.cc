@@ -90,6 +90,11 @@ void StepMachine::PlanAuto() {
       num_greedy += p.can_draft && g.sampling.temperature == 0;
       s->rec.planned = true;
       s->rec.expected_tokens = 1.0;
+    } else if (PlainPreferredFor(*s)) {
+      // No drafter state (deferred, or its Open in flight) while no tree
+      // pays: plain by the planner's choice, as with state.
+      s->rec.planned = true;
+      s->rec.expected_tokens = 1.0;
     }
     batch.push_back(s.get());
     plan_in.push_back(std::move(p));

@@ -424,7 +424,7 @@ TEST(StepMachineDeferTest, WhileNoTreePaysOnlyACheckOfSequencesOpensOnTheDrafter
   ASSERT_EQ(v.size(), 13u);
   for (const VerifyItem& it : v) EXPECT_NE(it.id, 10u + 13) << "the sampled one stepped";
   // They decoded plainly by the planner's choice, not for want of a
-  // drafter: their stats count no fallback step.
+  // drafter: their stats count the step as planned, not as a fallback.
   m.ApplyVerify(std::vector<VerifyReply>(13, VerifyReply{absl::OkStatus(), {7}, 0}));
   for (size_t i = 0; i < 12; ++i) {
     v1::GenerateResponse c, last;
@@ -433,6 +433,7 @@ TEST(StepMachineDeferTest, WhileNoTreePaysOnlyACheckOfSequencesOpensOnTheDrafter
     while (arrivals[i]->Pop(absl::ZeroDuration(), &c, &done, &st)) last = c;
     ASSERT_TRUE(done) << "arrival " << i << " ran to its 2 tokens";
     EXPECT_EQ(last.speculation().steps(), 1) << "arrival " << i;
+    EXPECT_EQ(last.speculation().planned_steps(), 1) << "arrival " << i;
     EXPECT_EQ(last.speculation().fallback_steps(), 0) << "arrival " << i;
   }
   // The Opens return after the sequences they were for ended; the sampled
