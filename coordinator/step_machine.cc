@@ -88,11 +88,10 @@ void StepMachine::PlanAuto() {
     if (planned && g.auto_tree) {
       num_auto += p.can_draft;
       num_greedy += p.can_draft && g.sampling.temperature == 0;
-      s->rec.planned = true;
-      s->rec.expected_tokens = 1.0;
-    } else if (PlainPreferredFor(*s)) {
-      // No drafter state (deferred, or its Open in flight) while no tree
-      // pays: plain by the planner's choice, as with state.
+    }
+    // Without drafter state (deferred, or its Open in flight) while no tree
+    // pays, a greedy auto sequence is plain by the planner's choice too.
+    if ((planned && g.auto_tree) || PlainPreferredFor(*s)) {
       s->rec.planned = true;
       s->rec.expected_tokens = 1.0;
     }

@@ -202,7 +202,7 @@ std::vector<DraftItem> StepMachine::PlanCatchUps() {
     // feeds the backlog. The exception: a check that will draft is a few
     // steps away (SpecPlanner::feeds_check), and as many sequences as it
     // drafts for are caught up, so that its Draft call is timed.
-    const bool plain = g.auto_tree && planner_->Ready() && planner_->prefers_plain();
+    const bool plain = PlainPreferredFor(*s);
     if (plain && !feed_check) continue;
     const size_t behind = s->tokens.size() - s->drafter_consumed;
     if (behind < static_cast<size_t>(options_.catch_up_tokens)) continue;

@@ -330,12 +330,6 @@ TEST_F(StepMachineTest, SampledSequencesNeverCatchUpBesideTheSteps) {
   }
 }
 
-// While the planner finds that no tree pays, an "auto" sequence gets no
-// catch-ups: feeding the drafter a backlog nobody drafts from only takes the
-// hardware the Verify runs on (0.64x plain at concurrency 64 on an H200).
-// Profiles where a Draft call costs a second make every tree lose; after the
-// planner's probe steps (drafted, answered with rejected chains) the lane
-// decodes plainly and the drafter falls ever further behind, uncaught.
 // Start-up profiles: a verify step costs 1 ms + 10 us a token, a Draft
 // call `draft_call` seconds. Sequence ids 10, 11, ...
 StepMachineOptions ProfiledOptions(double draft_call) {
@@ -359,6 +353,12 @@ std::shared_ptr<RequestState> OpenFirstAuto(StepMachine* m, int max_tokens) {
   return r;
 }
 
+// While the planner finds that no tree pays, an "auto" sequence gets no
+// catch-ups: feeding the drafter a backlog nobody drafts from only takes the
+// hardware the Verify runs on (0.64x plain at concurrency 64 on an H200).
+// Profiles where a Draft call costs a second make every tree lose; after the
+// planner's probe steps (drafted, answered with rejected chains) the lane
+// decodes plainly and the drafter falls ever further behind, uncaught.
 TEST(StepMachineCatchUpTest, NoCatchUpsWhileNoTreePays) {
   StepMachine m(ProfiledOptions(1.0));
   auto r = OpenFirstAuto(&m, 200);
@@ -597,16 +597,6 @@ TEST(StepMachineSampledAutoTest, PerfectDrafterKeepsSpeculating) {
   for (size_t i = 0; i < drafted.size(); ++i) EXPECT_TRUE(drafted[i]) << "step " << i;
 }
 
-// While plain is preferred no catch-ups feed the drafter, so a check step
-// would feed everything committed since the last check in its Draft call,
-// and such a step is not timed: a too-high added-time factor could never be
-// corrected by the checks (on an H100 the Mamba demo drafter stuck at
-// 0.87-0.91x plain at 16 clients where it otherwise ran at 1.4x). A few
-// steps before a check that drafts, the sequence is caught up, so the check
-// drafts with a short backlog and teaches the factor. Here a perfect drafter
-// (every tree accepted whole) is timed as very slow (20 ms steps): plain is
-// preferred, the first check confirms it, and the second, timed as the
-// models predict, brings the factor down.
 // One step of `m` against a drafter whose trees are accepted whole (the
 // first child of every accepted node); plain sequences commit one token.
 // Tokens are numbered from *next. Returns the step's Draft items.
@@ -651,6 +641,16 @@ StepMachineOptions ChainOptions() {
   return o;
 }
 
+// While plain is preferred no catch-ups feed the drafter, so a check step
+// would feed everything committed since the last check in its Draft call,
+// and such a step is not timed: a too-high added-time factor could never be
+// corrected by the checks (on an H100 the Mamba demo drafter stuck at
+// 0.87-0.91x plain at 16 clients where it otherwise ran at 1.4x). A few
+// steps before a check that drafts, the sequence is caught up, so the check
+// drafts with a short backlog and teaches the factor. Here a perfect drafter
+// (every tree accepted whole) is timed as very slow (20 ms steps): plain is
+// preferred, the first check confirms it, and the second, timed as the
+// models predict, brings the factor down.
 TEST(StepMachineCatchUpTest, ACheckWhilePlainIsFedFirstSoItIsTimed) {
   StepMachine m(ChainOptions());
   auto r = OpenFirstAuto(&m, 100000);
