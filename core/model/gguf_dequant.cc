@@ -32,6 +32,8 @@ void DequantizeQ4_1(const uint8_t* b, float* out) {
   }
 }
 
+void DequantizeQ5_0(const uint8_t* b, float* out) { DequantizeQ5Block(false, b, out); }
+void DequantizeQ5_1(const uint8_t* b, float* out) { DequantizeQ5Block(true, b, out); }
 void DequantizeQ4_K(const uint8_t* b, float* out) { DequantizeQ4KBlock(b, out); }
 
 void DequantizeQ5_K(const uint8_t* b, float* out) {
@@ -117,6 +119,12 @@ absl::Status DequantizeGgml(GgmlType type, const uint8_t* src, int64_t num_elems
       break;
     case GgmlType::kQ4_1:
       kernel = DequantizeQ4_1;
+      break;
+    case GgmlType::kQ5_0:
+      kernel = DequantizeQ5_0;
+      break;
+    case GgmlType::kQ5_1:
+      kernel = DequantizeQ5_1;
       break;
     case GgmlType::kQ4_K:
       kernel = DequantizeQ4_K;

@@ -5,6 +5,9 @@
 //   Q4_0  (32 elems, 18 B):  f16 d, u8 qs[16];            x = d·(nibble − 8)
 //   Q4_1  (32 elems, 20 B):  f16 d, f16 m, u8 qs[16];     x = d·nibble + m
 //         (element j < 16 is the low nibble of qs[j], element j + 16 the high)
+//   Q5_0  (32 elems, 22 B):  f16 d, u32 qh, u8 qs[16];    x = d·(5-bit q − 16)
+//   Q5_1  (32 elems, 24 B):  f16 d, f16 m, u32 qh, u8 qs[16];  x = d·q + m
+//         (Q4's nibbles, with bit j of qh the fifth bit of element j)
 //   Q4_K (256 elems, 144 B): f16 d, f16 dmin, u8 scales[12] (8 six-bit scale /
 //         min pairs), u8 qs[128];    x = d·sc·nibble − dmin·mn per 32 elements
 //   Q5_K (256 elems, 176 B): as Q4_K plus u8 qh[32] giving each value a 5th bit
@@ -29,6 +32,8 @@ absl::Status DequantizeGgml(GgmlType type, const uint8_t* src, int64_t num_elems
 void DequantizeQ8_0(const uint8_t* block, float* out);  // 32 floats
 void DequantizeQ4_0(const uint8_t* block, float* out);  // 32 floats
 void DequantizeQ4_1(const uint8_t* block, float* out);  // 32 floats
+void DequantizeQ5_0(const uint8_t* block, float* out);  // 32 floats
+void DequantizeQ5_1(const uint8_t* block, float* out);  // 32 floats
 void DequantizeQ4_K(const uint8_t* block, float* out);  // 256 floats
 void DequantizeQ5_K(const uint8_t* block, float* out);  // 256 floats
 void DequantizeQ6_K(const uint8_t* block, float* out);  // 256 floats

@@ -207,6 +207,8 @@ bool PlainDType(GgmlType type, DType* out) {
     case GgmlType::kQ4_0: *out = DType::kQ4_0; return true;
     case GgmlType::kQ4_1: *out = DType::kQ4_1; return true;
     case GgmlType::kQ4_K: *out = DType::kQ4_K; return true;
+    case GgmlType::kQ5_0: *out = DType::kQ5_0; return true;
+    case GgmlType::kQ5_1: *out = DType::kQ5_1; return true;
     default: return false;
   }
 }

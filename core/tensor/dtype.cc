@@ -15,14 +15,16 @@ size_t DTypeSize(DType dtype) {
     case DType::kQ8_0:
     case DType::kQ4_0:
     case DType::kQ4_1:
-    case DType::kQ4_K: return 0;
+    case DType::kQ4_K:
+    case DType::kQ5_0:
+    case DType::kQ5_1: return 0;
   }
   return 0;
 }
 
 bool IsQuantized(DType dtype) {
   return dtype == DType::kQ8_0 || dtype == DType::kQ4_0 || dtype == DType::kQ4_1 ||
-         dtype == DType::kQ4_K;
+         dtype == DType::kQ4_K || dtype == DType::kQ5_0 || dtype == DType::kQ5_1;
 }
 
 int64_t DTypeBlockSize(DType dtype) {
@@ -35,6 +37,8 @@ size_t DTypeBytes(DType dtype, int64_t n) {
     case DType::kQ4_0: return static_cast<size_t>(n / 32) * 18;
     case DType::kQ4_1: return static_cast<size_t>(n / 32) * 20;
     case DType::kQ4_K: return static_cast<size_t>(n / 256) * 144;
+    case DType::kQ5_0: return static_cast<size_t>(n / 32) * 22;
+    case DType::kQ5_1: return static_cast<size_t>(n / 32) * 24;
     default: return static_cast<size_t>(n) * DTypeSize(dtype);
   }
 }
@@ -51,6 +55,8 @@ const char* DTypeName(DType dtype) {
     case DType::kQ4_0: return "q4_0";
     case DType::kQ4_1: return "q4_1";
     case DType::kQ4_K: return "q4_k";
+    case DType::kQ5_0: return "q5_0";
+    case DType::kQ5_1: return "q5_1";
   }
   return "?";
 }

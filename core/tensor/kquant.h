@@ -1,10 +1,11 @@
 // The scale / min packing of ggml's 256-element "K" blocks (Q4_K, Q5_K) and
-// the Q4_K block decoder, shared by the GGUF dequantiser
-// (core/model/gguf_dequant.cc) and the CPU kernels that keep Q4_K weights
+// the Q4_K, Q5_0 and Q5_1 block decoders, shared by the GGUF dequantiser
+// (core/model/gguf_dequant.cc) and the CPU kernels that keep these weights
 // quantised (kernels/cpu/quant_blocks.h, linear_typed.cc). Pure functions.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #include "core/tensor/dtype.h"
 
@@ -39,6 +40,24 @@ inline void DequantizeQ4KBlock(const uint8_t* b, float* out) {
       const int code = j % 2 == 0 ? q[e] & 0x0f : q[e] >> 4;
       out[32 * j + e] = scale * static_cast<float>(code) - min;
     }
+  }
+}
+
+// out[0..31] = the 32 weights of the Q5_0 block at `b` ([d f16][qh u32][16
+// code bytes]: element j < 16 is the low nibble of byte j, j + 16 its high
+// nibble, and bit j of qh is element j's fifth bit; weight d·(code − 16)) or
+// of the Q5_1 block ([d f16][m f16][qh u32][16 code bytes]; d·code + m).
+inline void DequantizeQ5Block(bool has_min, const uint8_t* b, float* out) {
+  const float d = HalfAt(b), m = has_min ? HalfAt(b + 2) : 0.0f;
+  uint32_t qh;
+  std::memcpy(&qh, b + (has_min ? 4 : 2), 4);
+  const uint8_t* qs = b + (has_min ? 8 : 6);
+  const int offset = has_min ? 0 : 16;
+  for (int j = 0; j < 16; ++j) {
+    const int lo = (qs[j] & 0x0f) | (((qh >> j) & 1) << 4);
+    const int hi = (qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+    out[j] = d * static_cast<float>(lo - offset) + m;
+    out[j + 16] = d * static_cast<float>(hi - offset) + m;
   }
 }
 

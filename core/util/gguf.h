@@ -70,6 +70,8 @@ enum class GgmlType : uint32_t {
   kF16 = 1,
   kQ4_0 = 2,
   kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
   kQ8_0 = 8,
   kQ4_K = 12,
   kQ5_K = 13,

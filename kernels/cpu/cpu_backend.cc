@@ -39,7 +39,8 @@ absl::Status CheckWeight(const Tensor& t, const char* what) {
   if (t.device() != DeviceKind::kCpu || !IsCpuWeight(t.dtype()) || t.rank() != 2 ||
       t.dim(1) % DTypeBlockSize(t.dtype()) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "cpu backend: ", what, " must be a [N, K] f32, f16, bf16, q8_0, q4_0, q4_1 or q4_k matrix "
+        "cpu backend: ", what, " must be a [N, K] f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 or "
+        "q4_k matrix "
         "on cpu, got ", t.DebugString()));
   }
   return absl::OkStatus();

@@ -1,5 +1,5 @@
-// LinearTyped's integer path for Q8_0 / Q4_0 / Q4_1 / Q4_K weights (AVX-512
-// VNNI).
+// LinearTyped's integer path for Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K
+// weights (AVX-512 VNNI).
 //
 // Why: dequantising every weight to f32 in registers (linear_typed.cc) costs
 // ~19 vector ops per 32 Q4_1 weights, which made batch-1 decode ALU-bound
@@ -21,9 +21,10 @@
 // How: vpdpbusd multiplies unsigned by signed bytes, so q is split as
 // q = 256·h + l with h = q >> 8 (signed byte) and l = q & 255 (unsigned byte):
 //   Σ w·q = 256·Σ w·h + Σ l·w.
-// Q4 codes (0..15) serve as either operand. Q8_0 codes are signed, so the
-// h-product uses w + 128 (= w ^ 0x80 as an unsigned byte) and the activation
-// side adds −128·256·Σh. Q4_0's −8 offset is −8·Σq, Q4_1's min m adds
+// Q4 and Q5 codes (0..15, 0..31) serve as either operand. Q8_0 codes are
+// signed, so the h-product uses w + 128 (= w ^ 0x80 as an unsigned byte) and
+// the activation side adds −128·256·Σh. Q4_0's −8 offset is −8·Σq (Q5_0's
+// −16, −16·Σq), Q4_1's and Q5_1's min m adds
 // m·d·Σq in f32 (as does Q4_K's per-sub-block min, Q4_KG). These
 // corrections depend only on the activations and are precomputed per block
 // with them (XGroup). A group of 4 blocks fills a zmm:
@@ -158,9 +159,9 @@ struct Q8_0G {
 // Q4_0 and Q4_1: byte j of a block's 16 code bytes holds element j in its low
 // nibble and element j + 16 in its high nibble. The group fits in
 // [0, 64) ‖ [kWinB, kWinB + 64).
-template <class W, bool kTail>
-TS_VNNI inline void DecodeNibbles(const uint8_t* g, int left, WGroup* o) {
-  const __m512i a = Window<kTail>(g, left), b = Window<kTail>(g + W::kWinB, left - W::kWinB);
+// From the group's two windows a and b (NibblesOf) or straight from memory.
+template <class W>
+TS_VNNI inline void NibblesOf(__m512i a, __m512i b, WGroup* o) {
   const __m512i q = _mm512_permutex2var_epi16(a, _mm512_load_si512(W::kTables.lo), b);
   const __m512i mask = _mm512_set1_epi8(0x0f);
   o->lo = o->ulo = _mm512_and_si512(q, mask);
@@ -168,6 +169,10 @@ TS_VNNI inline void DecodeNibbles(const uint8_t* g, int left, WGroup* o) {
   const __m512i dm = _mm512_permutex2var_epi16(a, _mm512_load_si512(W::kTables.dm), b);
   o->d = _mm512_cvtph_ps(_mm512_castsi512_si256(dm));
   if (W::kHasMin) o->m = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm, 1));
+}
+template <class W, bool kTail>
+TS_VNNI inline void DecodeNibbles(const uint8_t* g, int left, WGroup* o) {
+  NibblesOf<W>(Window<kTail>(g, left), Window<kTail>(g + W::kWinB, left - W::kWinB), o);
 }
 
 // Q4_0: [d f16][16 bytes]; a group is 72 bytes.
@@ -193,6 +198,50 @@ struct Q4_1G {
     DecodeNibbles<Q4_1G, kTail>(g, left, o);
   }
 };
+
+// Q5_0 ([d f16][qh u32][16 code bytes], 22 bytes; weights d·(code − 16), the
+// −16 applied as Q4_0's −8 is) and Q5_1 ([d f16][m f16][qh u32][16 code
+// bytes], 24; d·code + m, as Q4_1): Q4's nibbles, and bit j of qh is element
+// j's fifth bit (16). A group (88 or 96 bytes) fits in [0, 64) ‖ [kWinB,
+// kWinB + 64). One more word permute gathers the four blocks' qh: words 0..3
+// their low halves (elements 0..15), words 4..7 their high halves, so each
+// 64-bit half is a byte mask in WGroup's layout (bit 16b + e for block b's
+// element e, or e + 16) that adds 16 to the codes whose bit is set.
+template <size_t kBytes, bool kMin>
+struct Q5G {
+  static constexpr size_t kBlockBytes = kBytes;
+  static constexpr bool kHasMin = kMin;
+  static constexpr int kQh = kMin ? 4 : 2;  // offset of qh in a block; codes follow it
+  static constexpr int kWinB = 4 * static_cast<int>(kBytes) - 64;
+  static constexpr Tables kTables =
+      MakeTables(kBytes, kQh + 4, kMin ? 2 : -1, true, 0, kWinB, 0, 0);
+  struct alignas(64) QhTable {
+    uint16_t w[32];
+  };
+  static constexpr QhTable MakeQh() {
+    QhTable t{};
+    for (int p = 0; p < 8; ++p) {
+      const int b = p % 4, half = p / 4;
+      t.w[p] = static_cast<uint16_t>(At(b * static_cast<int>(kBytes) + kQh + 2 * half, 0, kWinB) / 2);
+    }
+    return t;
+  }
+  static constexpr QhTable kQhTable = MakeQh();
+  template <bool kTail>
+  TS_VNNI static inline void Decode(const uint8_t* g, int left, int, WGroup* o) {
+    const __m512i a = Window<kTail>(g, left), b = Window<kTail>(g + kWinB, left - kWinB);
+    NibblesOf<Q5G>(a, b, o);
+    const __m128i qh =
+        _mm512_castsi512_si128(_mm512_permutex2var_epi16(a, _mm512_load_si512(kQhTable.w), b));
+    const __mmask64 lo = _cvtu64_mask64(static_cast<uint64_t>(_mm_cvtsi128_si64(qh)));
+    const __mmask64 hi = _cvtu64_mask64(static_cast<uint64_t>(_mm_extract_epi64(qh, 1)));
+    const __m512i bit = _mm512_set1_epi8(0x10);
+    o->lo = o->ulo = _mm512_mask_add_epi8(o->lo, lo, o->lo, bit);
+    o->hi = o->uhi = _mm512_mask_add_epi8(o->hi, hi, o->hi, bit);
+  }
+};
+using Q5_0G = Q5G<22, false>;
+using Q5_1G = Q5G<24, true>;
 
 // Q4_K: [d f16][dmin f16][12 bytes: eight 6-bit scale / min pairs][128 code
 // bytes] per 256 elements; a group (4 sub-blocks of 32) is half a block, and
@@ -367,7 +416,8 @@ TS_VNNI void QuantiseRow(const float* x, int K, DType wtype, XGroup* groups) {
     }
     if (wtype == DType::kQ8_0) g.corr[4 * lane] = -128 * 256 * sum_h;
     if (wtype == DType::kQ4_0) g.corr[4 * lane] = -8 * sum_q;
-    if (wtype == DType::kQ4_1 || wtype == DType::kQ4_K) {
+    if (wtype == DType::kQ5_0) g.corr[4 * lane] = -16 * sum_q;
+    if (wtype == DType::kQ4_1 || wtype == DType::kQ4_K || wtype == DType::kQ5_1) {
       g.dsum[4 * lane] = d * static_cast<float>(sum_q);
     }
     for (int s = 0; s < 4; ++s) g.d[4 * lane + s] = d;
@@ -403,7 +453,7 @@ bool LinearIntHasSimd() {
 
 bool LinearIntTakes(DType wtype) {
   return wtype == DType::kQ8_0 || wtype == DType::kQ4_0 || wtype == DType::kQ4_1 ||
-         wtype == DType::kQ4_K;
+         wtype == DType::kQ4_K || wtype == DType::kQ5_0 || wtype == DType::kQ5_1;
 }
 
 void LinearInt(const float* x, const void* w, DType wtype, int T, int K, int N, float* out,
@@ -415,6 +465,8 @@ void LinearInt(const float* x, const void* w, DType wtype, int T, int K, int N, 
     case DType::kQ4_0: Run<Q4_0G>(x, wb, wtype, T, K, N, out, threads); break;
     case DType::kQ4_1: Run<Q4_1G>(x, wb, wtype, T, K, N, out, threads); break;
     case DType::kQ4_K: Run<Q4_KG>(x, wb, wtype, T, K, N, out, threads); break;
+    case DType::kQ5_0: Run<Q5_0G>(x, wb, wtype, T, K, N, out, threads); break;
+    case DType::kQ5_1: Run<Q5_1G>(x, wb, wtype, T, K, N, out, threads); break;
     default: break;
   }
 }

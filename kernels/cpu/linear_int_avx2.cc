@@ -1,4 +1,4 @@
-// LinearTyped's integer path for Q8_0 / Q4_0 / Q4_1 / Q4_K weights on CPUs
+// LinearTyped's integer path for Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K weights on CPUs
 // with AVX2 but not AVX-512 (linear_int.cc is the AVX-512 VNNI one).
 //
 // Why: the AVX2 f32 path (linear_typed_avx2.cc) dequantises every weight to
@@ -111,6 +111,42 @@ struct Q4A {
 };
 using Q4_0A = Q4A<18, false>;
 using Q4_1A = Q4A<20, true>;
+
+// 16 bits of qh as int16 lanes: 16 where bit e is set, 0 elsewhere.
+TS_AVX2I inline __m256i FifthBits(uint32_t bits) {
+  const __m256i sel = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096,
+                                        8192, 16384, static_cast<int16_t>(0x8000));
+  const __m256i v = _mm256_and_si256(_mm256_set1_epi16(static_cast<int16_t>(bits)), sel);
+  return _mm256_and_si256(_mm256_cmpeq_epi16(v, sel), _mm256_set1_epi16(16));
+}
+
+// Q5_0 ([d f16][qh u32][16 code bytes]; codes taken as code − 16) and Q5_1
+// ([d f16][m f16][qh u32][16 code bytes]; codes 0..31, the min added apart):
+// Q4's nibbles with bit j of qh added as element j's fifth bit. A pair's lane
+// sums stay exact: at most 8 · 32767 · 31 < 2^24.
+template <size_t kBytes, bool kMin>
+struct Q5A {
+  static constexpr size_t kBlockBytes = kBytes;
+  static constexpr bool kHasMin = kMin;
+  struct State {};
+  TS_AVX2I static inline void Decode(const uint8_t* row, int b, State*, WBlock* o) {
+    const uint8_t* p = row + b * kBlockBytes;
+    uint32_t qh;
+    std::memcpy(&qh, p + (kMin ? 4 : 2), 4);
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + (kMin ? 8 : 6)));
+    o->lo = _mm256_or_si256(Nibbles(c, 0), FifthBits(qh & 0xffff));
+    o->hi = _mm256_or_si256(Nibbles(c, 4), FifthBits(qh >> 16));
+    if constexpr (kMin) {
+      o->m = _mm256_set1_ps(F16At(p + 2));
+    } else {
+      o->lo = _mm256_sub_epi16(o->lo, _mm256_set1_epi16(16));
+      o->hi = _mm256_sub_epi16(o->hi, _mm256_set1_epi16(16));
+    }
+    o->d = _mm256_set1_ps(F16At(p));
+  }
+};
+using Q5_0A = Q5A<22, false>;
+using Q5_1A = Q5A<24, true>;
 
 // Q4_K: block b is sub-block j = b % 8 of the 144-byte block b / 8 ([d]
 // [dmin][12 scale bytes][128 code bytes]); its weights are d·sc_j·code −
@@ -301,6 +337,8 @@ void LinearIntAvx2(const float* x, const void* w, DType wtype, int T, int K, int
     case DType::kQ4_0: Run<Q4_0A>(x, wb, T, K, N, out, threads); break;
     case DType::kQ4_1: Run<Q4_1A>(x, wb, T, K, N, out, threads); break;
     case DType::kQ4_K: Run<Q4_KA>(x, wb, T, K, N, out, threads); break;
+    case DType::kQ5_0: Run<Q5_0A>(x, wb, T, K, N, out, threads); break;
+    case DType::kQ5_1: Run<Q5_1A>(x, wb, T, K, N, out, threads); break;
     default: break;
   }
 }

@@ -61,6 +61,16 @@ float RefElement(GgmlType type, const uint8_t* b, int e) {
       const int nib = e < 16 ? (b[4 + e] & 0xF) : (b[4 + e - 16] >> 4);
       return Half(b) * nib + Half(b + 2);
     }
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1: {
+      // [d][m (Q5_1)][qh: 4 bytes, bit e of the little-endian word][16 code bytes]
+      const bool min = type == GgmlType::kQ5_1;
+      const uint8_t* qh = b + (min ? 4 : 2);
+      const uint8_t* qs = b + (min ? 8 : 6);
+      const int nib = e < 16 ? (qs[e] & 0xF) : (qs[e - 16] >> 4);
+      const int q = nib | (((qh[e / 8] >> (e % 8)) & 1) << 4);
+      return min ? Half(b) * q + Half(b + 2) : Half(b) * (q - 16);
+    }
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K: {
       const bool five = type == GgmlType::kQ5_K;
@@ -92,7 +102,8 @@ struct TypeInfo {
   int elems;
 };
 const TypeInfo kQuantTypes[] = {{GgmlType::kQ8_0, 34, 32},   {GgmlType::kQ4_0, 18, 32},
-                                {GgmlType::kQ4_1, 20, 32},   {GgmlType::kQ4_K, 144, 256},
+                                {GgmlType::kQ4_1, 20, 32},   {GgmlType::kQ5_0, 22, 32},
+                                {GgmlType::kQ5_1, 24, 32},   {GgmlType::kQ4_K, 144, 256},
                                 {GgmlType::kQ5_K, 176, 256}, {GgmlType::kQ6_K, 210, 256}};
 
 TEST(GgufDequantTest, MatchesGgufPyOnRandomBlocksOfEveryType) {
@@ -115,7 +126,8 @@ TEST(GgufDequantTest, MatchesGgufPyOnRandomBlocksOfEveryType) {
     }
   }
   EXPECT_EQ(seen,
-            (std::set<std::string>{"F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K"}));
+            (std::set<std::string>{"F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K",
+                                   "Q5_K", "Q6_K"}));
 }
 
 TEST(GgufDequantTest, MatchesThePerElementReference) {
@@ -131,7 +143,8 @@ TEST(GgufDequantTest, MatchesThePerElementReference) {
         std::memcpy(&block[208], &h1, 2);
       } else {
         std::memcpy(&block[0], &h1, 2);
-        if (ti.type != GgmlType::kQ8_0 && ti.type != GgmlType::kQ4_0)
+        if (ti.type != GgmlType::kQ8_0 && ti.type != GgmlType::kQ4_0 &&
+            ti.type != GgmlType::kQ5_0)
           std::memcpy(&block[2], &h2, 2);
       }
       std::vector<float> got(ti.elems);
@@ -219,7 +232,7 @@ TEST(GgufDequantTest, PartialBlocksAreRejected) {
   absl::Status s = DequantizeGgml(GgmlType::kQ4_K, raw.data(), 100, out.data());
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("Q4_K"), std::string::npos) << s;
-  EXPECT_EQ(DequantizeGgml(static_cast<GgmlType>(6), raw.data(), 32, out.data()).code(),
+  EXPECT_EQ(DequantizeGgml(static_cast<GgmlType>(10), raw.data(), 256, out.data()).code(),  // Q2_K
             absl::StatusCode::kInvalidArgument);
 }
 

@@ -203,13 +203,13 @@ std::vector<BadCase> BadCases() {
   cases.push_back({"overflow_dim",
                    GgufBuilder().F32Tensor("t", {1ull << 40, 1ull << 40}, {}).Build(),
                    absl::StatusCode::kInvalidArgument, "too large"});
-  GgufBuilder::Tensor q5;
-  q5.name = "q";
-  q5.dims = {32};
-  q5.type = 6;  // Q5_0
-  q5.data = std::string(22, '\0');
-  cases.push_back({"ggml_type", GgufBuilder().AddTensor(q5).Build(),
-                   absl::StatusCode::kUnimplemented, "ggml type 6 (Q5_0)"});
+  GgufBuilder::Tensor q2k;
+  q2k.name = "q";
+  q2k.dims = {256};
+  q2k.type = 10;  // Q2_K
+  q2k.data = std::string(84, '\0');
+  cases.push_back({"ggml_type", GgufBuilder().AddTensor(q2k).Build(),
+                   absl::StatusCode::kUnimplemented, "ggml type 10 (Q2_K)"});
   GgufBuilder::Tensor q4;
   q4.name = "q";
   q4.dims = {16};

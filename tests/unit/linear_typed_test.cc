@@ -1,5 +1,5 @@
 // LinearTyped (kernels/cpu/linear_typed.cc, linear_int.cc): f32, f16, bf16,
-// Q8_0, Q4_0, Q4_1 and Q4_K weight matrices against the f64 product with the
+// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and Q4_K weight matrices against the f64 product with the
 // dequantised matrix, and batch invariance — a row computed alone equals the
 // same row inside a batch, and 1 thread equals 2, bit for bit — on each path
 // this CPU has: the integer path (AVX-512 VNNI; its reference uses the
@@ -64,7 +64,7 @@ std::vector<uint8_t> RandomMatrix(DType type, int N, int K, std::mt19937* rng) {
     }
     const uint16_t d = FloatToHalf(0.002f + 0.01f * std::fabs(u(*rng)));
     std::memcpy(blk, &d, 2);
-    if (type == DType::kQ4_1) {
+    if (type == DType::kQ4_1 || type == DType::kQ5_1) {
       const uint16_t m = FloatToHalf(-0.05f * std::fabs(u(*rng)));
       std::memcpy(blk + 2, &m, 2);
     }
@@ -86,7 +86,8 @@ const Case kCases[] = {{DType::kF32, 100},  {DType::kF32, 256},  {DType::kF16, 1
                        {DType::kF16, 256},  {DType::kQ8_0, 96},
                        {DType::kQ4_0, 96},  {DType::kQ4_1, 160}, {DType::kQ8_0, 256},
                        {DType::kQ4_0, 128}, {DType::kQ4_1, 64},  {DType::kQ8_0, 576},
-                       {DType::kQ4_K, 256}, {DType::kQ4_K, 768}};
+                       {DType::kQ4_K, 256}, {DType::kQ4_K, 768}, {DType::kQ5_0, 96},
+                       {DType::kQ5_0, 256}, {DType::kQ5_1, 160}, {DType::kQ5_1, 576}};
 
 // The activations as the integer path sees them (x̂ = d·q per block), and the
 // largest rounding error of each element: d/2, plus 0.01·d for the f32
@@ -186,7 +187,8 @@ TEST(LinearTypedTest, PortablePathMatchesDequantisedF32AndIsBatchInvariant) {
 
 TEST(LinearTypedTest, IntPathMatchesRoundedActivationsAndIsBatchInvariant) {
   if (!cpu::LinearIntHasSimd()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
-  const std::vector<DType> quantised = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K};
+  const std::vector<DType> quantised = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
+                                       DType::kQ4_K, DType::kQ5_0, DType::kQ5_1};
   CheckKernel(&cpu::LinearInt, "int", /*int_path=*/true, quantised);
   // LinearTyped dispatches quantised weights here.
   CheckKernel(&cpu::LinearTyped, "dispatch", /*int_path=*/true, quantised);
@@ -196,7 +198,8 @@ TEST(LinearTypedTest, IntPathMatchesRoundedActivationsAndIsBatchInvariant) {
 // same activation rounding, so the same reference and bounds.
 TEST(LinearTypedTest, Avx2IntPathMatchesRoundedActivationsAndIsBatchInvariant) {
   if (!cpu::LinearIntAvx2HasSimd()) GTEST_SKIP() << "no AVX2, FMA and F16C on this CPU";
-  const std::vector<DType> quantised = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K};
+  const std::vector<DType> quantised = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
+                                       DType::kQ4_K, DType::kQ5_0, DType::kQ5_1};
   CheckKernel(&cpu::LinearIntAvx2, "int-avx2", /*int_path=*/true, quantised);
   // Without AVX-512, LinearTyped dispatches quantised weights here.
   if (!cpu::LinearTypedHasSimd(DType::kQ8_0)) {
@@ -320,6 +323,28 @@ TEST(LinearTypedTest, DecodeBlockMatchesTheGgmlFormulas) {
   }
 }
 
+TEST(LinearTypedTest, DecodeBlockPlacesQ5FifthBits) {
+  // Hand-made Q5_0 / Q5_1 blocks: d = 0.5 (Q5_1: m = -1), nibbles 0..15 low
+  // and 15..0 high, fifth bits set on the even elements below 16 and on
+  // elements 16..23 (qh = 0x00ff5555).
+  for (const bool min : {false, true}) {
+    uint8_t b[24] = {};
+    const uint16_t d = FloatToHalf(0.5f), m = FloatToHalf(-1.0f);
+    std::memcpy(b, &d, 2);
+    if (min) std::memcpy(b + 2, &m, 2);
+    const uint32_t qh = 0x00ff5555u;
+    std::memcpy(b + (min ? 4 : 2), &qh, 4);
+    for (int j = 0; j < 16; ++j) b[(min ? 8 : 6) + j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+    float out[32];
+    cpu::DecodeBlock(min ? DType::kQ5_1 : DType::kQ5_0, b, out);
+    for (int j = 0; j < 16; ++j) {
+      const int lo = j + (j % 2 == 0 ? 16 : 0), hi = (15 - j) + (j < 8 ? 16 : 0);
+      EXPECT_EQ(out[j], min ? 0.5f * lo - 1.0f : 0.5f * (lo - 16)) << min << " " << j;
+      EXPECT_EQ(out[16 + j], min ? 0.5f * hi - 1.0f : 0.5f * (hi - 16)) << min << " " << 16 + j;
+    }
+  }
+}
+
 // The scalar decoders every path's reference uses equal the GGUF dequantiser.
 TEST(LinearTypedTest, DecodeRowEqualsTheGgufDequantiser) {
   std::mt19937 rng(5);
@@ -328,7 +353,8 @@ TEST(LinearTypedTest, DecodeRowEqualsTheGgufDequantiser) {
     GgmlType ggml;
   };
   for (const Type& t : {Type{DType::kQ8_0, GgmlType::kQ8_0}, Type{DType::kQ4_0, GgmlType::kQ4_0},
-                        Type{DType::kQ4_1, GgmlType::kQ4_1}, Type{DType::kQ4_K, GgmlType::kQ4_K}}) {
+                        Type{DType::kQ4_1, GgmlType::kQ4_1}, Type{DType::kQ4_K, GgmlType::kQ4_K},
+                        Type{DType::kQ5_0, GgmlType::kQ5_0}, Type{DType::kQ5_1, GgmlType::kQ5_1}}) {
     const int N = 3, K = 512;
     std::vector<uint8_t> w = RandomMatrix(t.dtype, N, K, &rng);
     std::vector<float> want(static_cast<size_t>(N) * K), row(K);
@@ -354,9 +380,10 @@ TEST(CpuWeightsTest, SpecSelectsWeightStorage) {
     ASSERT_TRUE(be.ok()) << w.spec << ": " << be.status();
     EXPECT_EQ((*be)->WeightDType(DType::kF32), w.from_f32) << w.spec;
     EXPECT_EQ((*be)->WeightDType(DType::kQ4_1), w.from_q4_1) << w.spec;
-    EXPECT_EQ((*be)->WeightDType(DType::kQ4_K),
-              w.from_q4_1 == DType::kQ4_1 ? DType::kQ4_K : w.from_q4_1)
-        << w.spec;
+    for (DType kept : {DType::kQ4_K, DType::kQ5_0, DType::kQ5_1}) {
+      EXPECT_EQ((*be)->WeightDType(kept), w.from_q4_1 == DType::kQ4_1 ? kept : w.from_q4_1)
+          << w.spec << " " << DTypeName(kept);
+    }
     EXPECT_EQ((*be)->activation_dtype(), DType::kF32) << w.spec;
   }
   for (const char* bad : {"cpu:2:q4", "cpu:0", "cpu:2:f16:3", "cpu:x"}) {
@@ -371,7 +398,7 @@ TEST(CpuWeightsTest, BackendLinearAndEmbeddingTakeQuantisedWeights) {
   auto be = CreateBackend("cpu:1:auto");
   ASSERT_TRUE(be.ok()) << be.status();
   std::mt19937 rng(3);
-  for (DType type : {DType::kQ8_0, DType::kQ4_K}) {
+  for (DType type : {DType::kQ8_0, DType::kQ4_K, DType::kQ5_0, DType::kQ5_1}) {
     SCOPED_TRACE(DTypeName(type));
     const int N = 40, K = 256, T = 3;
     std::vector<uint8_t> raw = RandomMatrix(type, N, K, &rng);

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Block dequantisation goldens for tests/unit/gguf_dequant_test.cc.
 
-For each ggml type treespec reads (F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K)
+For each ggml type treespec reads (F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K,
+Q6_K)
 writes 3 blocks of seeded random bytes (every f16 scale field replaced by a finite
 random half in [-2, 2] so no block is NaN/Inf) and gguf-py's (llama.cpp's own
 Python reference) dequantised float32 values, to
@@ -29,6 +30,7 @@ HALF_FIELDS = {
     T.F16: None, T.BF16: None,
     T.Q8_0: [0], T.Q4_0: [0], T.Q4_1: [0, 2],
     T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208],
+    T.Q5_0: [0], T.Q5_1: [0, 2],  # added later: last, so the others' bytes stay the same
 }
 
 
