@@ -63,29 +63,7 @@ void DequantizeQ5_K(const uint8_t* b, float* out) {
   }
 }
 
-void DequantizeQ6_K(const uint8_t* b, float* out) {
-  const uint8_t* ql = b;
-  const uint8_t* qh = b + 128;
-  const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
-  const float d = HalfAt(b + 208);
-  for (int n = 0; n < 256; n += 128) {
-    for (int l = 0; l < 32; ++l) {
-      const int is = l / 16;
-      const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-      const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-      const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-      const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-      out[l] = d * sc[is] * q1;
-      out[l + 32] = d * sc[is + 2] * q2;
-      out[l + 64] = d * sc[is + 4] * q3;
-      out[l + 96] = d * sc[is + 6] * q4;
-    }
-    out += 128;
-    ql += 64;
-    qh += 32;
-    sc += 8;
-  }
-}
+void DequantizeQ6_K(const uint8_t* b, float* out) { DequantizeQ6KBlock(b, out); }
 
 absl::Status DequantizeGgml(GgmlType type, const uint8_t* src, int64_t num_elems, float* dst) {
   size_t block_bytes = 0;

@@ -58,18 +58,15 @@ absl::StatusOr<Tensor> WeightLoader::LoadRows(const std::vector<RowPart>& parts)
   const int64_t K = parts.at(0).shape.size() > 1 ? parts[0].shape[1] : 1;
   for (const RowPart& p : parts) rows += p.r1 - p.r0;
   Shape shape = parts[0].shape.size() > 1 ? Shape{rows, K} : Shape{rows};
-  // One dtype for the fused matrix: the parts' common target, else f32's.
+  // One dtype for the fused matrix: the parts' common target, else what the
+  // backend converts them all to (Backend::FusedWeightDType; a GGUF K-quant mix
+  // can store q and k as Q5_0 and v as Q8_0).
   DType target = TargetDType(backend_->activation_dtype(), shape.size());
   if (!is_random()) {
     for (size_t i = 0; i < parts.size(); ++i) {
       TS_ASSIGN_OR_RETURN(const TensorInfo* info, checkpoint_->Find(parts[i].name, parts[i].shape));
       const DType d = TargetDType(info->dtype, shape.size());
-      if (i == 0) {
-        target = d;
-      } else if (d != target) {
-        target = TargetDType(DType::kF32, shape.size());
-        break;
-      }
+      target = i == 0 || shape.size() != 2 ? d : backend_->FusedWeightDType(target, d);
     }
   }
   TS_ASSIGN_OR_RETURN(Tensor t, backend_->Alloc(target, shape));

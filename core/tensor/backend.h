@@ -102,6 +102,12 @@ class Backend {
   // use activation_dtype()). Only ops documented to accept it see such a
   // tensor: Linear's w and Embedding's table.
   virtual DType WeightDType(DType stored) const { return activation_dtype(); }
+  // The dtype of a matrix fused from parts kept as `a` and `b` (WeightDType
+  // of their stored dtypes): theirs when they agree, else one Upload converts
+  // both to without loss where the backend has one, else f32's WeightDType.
+  virtual DType FusedWeightDType(DType a, DType b) const {
+    return a == b ? a : WeightDType(DType::kF32);
+  }
   // True when a host buffer of `dtype` can be used in place as a weight (no copy).
   virtual bool CanAliasHost(DType dtype) const { return false; }
   // The stream every op of this backend is enqueued on, as an opaque handle

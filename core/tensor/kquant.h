@@ -1,5 +1,5 @@
 // The scale / min packing of ggml's 256-element "K" blocks (Q4_K, Q5_K) and
-// the Q4_K, Q5_0 and Q5_1 block decoders, shared by the GGUF dequantiser
+// the Q4_K, Q6_K, Q5_0 and Q5_1 block decoders, shared by the GGUF dequantiser
 // (core/model/gguf_dequant.cc) and the CPU kernels that keep these weights
 // quantised (kernels/cpu/quant_blocks.h, linear_typed.cc). Pure functions.
 #pragma once
@@ -39,6 +39,30 @@ inline void DequantizeQ4KBlock(const uint8_t* b, float* out) {
     for (int e = 0; e < 32; ++e) {
       const int code = j % 2 == 0 ? q[e] & 0x0f : q[e] >> 4;
       out[32 * j + e] = scale * static_cast<float>(code) - min;
+    }
+  }
+}
+
+// out[0..255] = the 256 weights of the Q6_K block at `b` ([128 bytes ql][64
+// bytes qh][16 int8 scales][d f16]): in half n (128 elements; its ql bytes
+// 64n.., qh bytes 32n..) quarter q's element l (0..31) has the low 4 bits of
+// ql byte l + 32·(q % 2) (low nibble for q < 2, high otherwise) and bits 2q,
+// 2q + 1 of qh byte l as its top 2 bits; its weight is d·sc·(code − 32), sc
+// the scale 8n + 2q + l / 16.
+inline void DequantizeQ6KBlock(const uint8_t* b, float* out) {
+  const float d = HalfAt(b + 208);
+  for (int n = 0; n < 2; ++n) {
+    const uint8_t* ql = b + 64 * n;
+    const uint8_t* qh = b + 128 + 32 * n;
+    const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192 + 8 * n);
+    for (int q = 0; q < 4; ++q) {
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t byte = ql[l + 32 * (q % 2)];
+        const int code = (q < 2 ? byte & 0x0f : byte >> 4) | (((qh[l] >> (2 * q)) & 3) << 4);
+        // ggml's order of operations: (d·sc)·(code − 32).
+        out[128 * n + 32 * q + l] =
+            d * static_cast<float>(sc[2 * q + l / 16]) * static_cast<float>(code - 32);
+      }
     }
   }
 }

@@ -39,8 +39,8 @@ absl::Status CheckWeight(const Tensor& t, const char* what) {
   if (t.device() != DeviceKind::kCpu || !IsCpuWeight(t.dtype()) || t.rank() != 2 ||
       t.dim(1) % DTypeBlockSize(t.dtype()) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "cpu backend: ", what, " must be a [N, K] f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1 or "
-        "q4_k matrix "
+        "cpu backend: ", what, " must be a [N, K] f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, "
+        "q4_k or q6_k matrix "
         "on cpu, got ", t.DebugString()));
   }
   return absl::OkStatus();
@@ -95,6 +95,12 @@ class CpuBackend final : public Backend {
     }
     return DType::kF32;
   }
+  // Q4_0, Q5_0 and Q8_0 parts fuse as Q8_0 (converted exactly in Upload).
+  DType FusedWeightDType(DType a, DType b) const override {
+    if (a == b) return a;
+    if (cpu::ConvertsToQ8_0(a) && cpu::ConvertsToQ8_0(b)) return DType::kQ8_0;
+    return WeightDType(DType::kF32);
+  }
   bool CanAliasHost(DType dtype) const override { return IsCpuWeight(dtype); }
 
   absl::StatusOr<Tensor> Alloc(DType dtype, Shape shape) override {
@@ -139,6 +145,14 @@ class CpuBackend final : public Backend {
         ChunkToF32(src, src_dtype, i, m, f32.data());
         for (size_t j = 0; j < m; ++j) out[i + j] = half ? FloatToHalf(f32[j]) : FloatToBF16(f32[j]);
       }
+      return absl::OkStatus();
+    }
+    if (dst->dtype() == DType::kQ8_0 && src_dtype != DType::kQ8_0 &&
+        cpu::ConvertsToQ8_0(src_dtype)) {
+      const size_t bb = DTypeBytes(src_dtype, 32);
+      const uint8_t* in = static_cast<const uint8_t*>(src);
+      uint8_t* out = static_cast<uint8_t*>(dst->raw());
+      for (size_t b = 0; b < n / 32; ++b) cpu::ToQ8_0Block(src_dtype, in + b * bb, out + b * 34);
       return absl::OkStatus();
     }
     if (dst->dtype() != src_dtype) {

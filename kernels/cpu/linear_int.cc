@@ -1,5 +1,5 @@
-// LinearTyped's integer path for Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K
-// weights (AVX-512 VNNI).
+// LinearTyped's integer path for Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K /
+// Q6_K weights (AVX-512 VNNI).
 //
 // Why: dequantising every weight to f32 in registers (linear_typed.cc) costs
 // ~19 vector ops per 32 Q4_1 weights, which made batch-1 decode ALU-bound
@@ -69,10 +69,31 @@ constexpr int kGroupBlocks = 4;  // 32-element blocks per group (one zmm of byte
 struct alignas(64) XGroup {
   uint8_t l[2][64];   // low bytes of q: [lo/hi half][16·block + element]
   int8_t h[2][64];    // high bytes of q, same layout
-  int32_t corr[16];   // integer correction of block b in lane 4b (type-dependent)
+  int32_t corr[16];   // integer correction of block b in lane 4b (type-dependent;
+                      // Q6_K: of its elements 0..15 only)
+  int32_t corr_hi[16];  // Q6_K: that of elements 16..31, whose weight scale differs
   float d[16];        // d_x of block b in lanes 4b..4b+3
   float dsum[16];     // Q4_1: d_x·Σq of block b in lane 4b
 };
+
+// The byte offset of group g of a row (kGroupBytes: a type's group size, by
+// default 4 blocks).
+template <class W>
+constexpr size_t GroupBytes() {
+  if constexpr (requires { W::kGroupBytes; }) {
+    return W::kGroupBytes;
+  } else {
+    return kGroupBlocks * W::kBlockBytes;
+  }
+}
+template <class W>
+constexpr bool SplitScales() {
+  if constexpr (requires { W::kSplitScales; }) {
+    return W::kSplitScales;
+  } else {
+    return false;
+  }
+}
 
 // Weights of one group of 4 blocks of one row, decoded for XGroup's layout.
 struct WGroup {
@@ -308,10 +329,80 @@ struct Q4_KG {
   }
 };
 
+// Q6_K: [128 bytes ql][64 bytes qh][16 int8 scales][d f16] per 256 elements
+// (core/tensor/kquant.h); a group (4 sub-blocks of 32) is half a block, 105
+// bytes, and the Tile's group index says which half h. Quarter q of the half
+// (sub-block 4h + q) has the low (q < 2) or high nibbles of ql bytes 64h +
+// 32·(q % 2) .. + 31 and bits 2q, 2q + 1 of qh bytes 128 + 32h .. + 31 on top:
+// codes 0..63, either operand of vpdpbusd, with the −32 offset applied as
+// −32·Σq on the activation side. Each 16 elements have their own scale, so
+// the lo and hi halves of a sub-block (WGroup's lo / hi) are summed apart
+// (GroupDot's split form): d·sc_lo in d, d·sc_hi in m.
+struct Q6_KG {
+  static constexpr size_t kGroupBytes = 105;  // half of a 210-byte block
+  static constexpr bool kHasMin = false;
+  static constexpr bool kSplitScales = true;
+  template <bool kTail>
+  TS_VNNI static inline void Decode(const uint8_t* g, int, int index, WGroup* o) {
+    const int h = index & 1;
+    const uint8_t* b = g - h * kGroupBytes;
+    const __m512i q = Window<false>(b + 64 * h, 64);
+    const __m512i mask = _mm512_set1_epi8(0x0f);
+    const __m512i low = _mm512_and_si512(q, mask);
+    const __m512i high = _mm512_and_si512(_mm512_srli_epi16(q, 4), mask);
+    // 128-bit lanes of low / high: ql bytes 0..15, 16..31, 32..47, 48..63;
+    // lane q of lo takes quarter q's elements 0..15, of hi its 16..31.
+    __m512i lo =
+        _mm512_permutex2var_epi64(low, _mm512_setr_epi64(0, 1, 4, 5, 8, 9, 12, 13), high);
+    __m512i hi =
+        _mm512_permutex2var_epi64(low, _mm512_setr_epi64(2, 3, 6, 7, 10, 11, 14, 15), high);
+    // The top bits: qh bytes 0..15 (16..31) in every lane, lane q shifted
+    // right by 2q (16-bit shifts; the & 3 per byte drops what crossed a byte).
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h));
+    const __m512i shift = _mm512_setr_epi32(0, 0, 0, 0, 0x20002, 0x20002, 0x20002, 0x20002,
+                                            0x40004, 0x40004, 0x40004, 0x40004, 0x60006,
+                                            0x60006, 0x60006, 0x60006);
+    const __m512i three = _mm512_set1_epi8(3);
+    auto top = [&](__m128i bytes) TS_VNNI {
+      const __m512i v = _mm512_srlv_epi16(_mm512_broadcast_i32x4(bytes), shift);
+      return _mm512_slli_epi16(_mm512_and_si512(v, three), 4);
+    };
+    lo = _mm512_or_si512(lo, top(_mm256_castsi256_si128(qh)));
+    hi = _mm512_or_si512(hi, top(_mm256_extracti128_si256(qh, 1)));
+    o->lo = o->ulo = lo;
+    o->hi = o->uhi = hi;
+    // Scales 8h .. 8h + 7: sub-block q's lo half has 8h + 2q, its hi 8h + 2q + 1.
+    const __m512 sc = _mm512_castps256_ps512(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 192 + 8 * h)))));
+    uint16_t d16;
+    std::memcpy(&d16, b + 208, 2);
+    const __m512 d = _mm512_set1_ps(_cvtsh_ss(d16));
+    const __m512i lane = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
+    o->d = _mm512_mul_ps(_mm512_permutexvar_ps(lane, sc), d);
+    o->m = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_add_epi32(lane, _mm512_set1_epi32(1)), sc),
+                         d);
+  }
+};
+
 // acc += this group's contribution of weight row `w` to activation row `x`.
 template <class W>
 TS_VNNI __attribute__((always_inline)) inline void GroupDot(const XGroup& x, const WGroup& w,
                                                             __m512& acc) {
+  if constexpr (SplitScales<W>()) {
+    __m512i lo = _mm512_dpbusd_epi32(_mm512_load_si512(x.corr), _mm512_load_si512(x.l[0]), w.lo);
+    __m512i hi =
+        _mm512_dpbusd_epi32(_mm512_load_si512(x.corr_hi), _mm512_load_si512(x.l[1]), w.hi);
+    const __m512i hlo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.ulo,
+                                            _mm512_load_si512(x.h[0]));
+    const __m512i hhi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.uhi,
+                                            _mm512_load_si512(x.h[1]));
+    lo = _mm512_add_epi32(_mm512_slli_epi32(hlo, 8), lo);
+    hi = _mm512_add_epi32(_mm512_slli_epi32(hhi, 8), hi);
+    const __m512 dx = _mm512_load_ps(x.d);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), _mm512_mul_ps(w.d, dx), acc);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), _mm512_mul_ps(w.m, dx), acc);
+    return;
+  }
   __m512i l = _mm512_load_si512(x.corr);
   l = _mm512_dpbusd_epi32(l, _mm512_load_si512(x.l[0]), w.lo);
   l = _mm512_dpbusd_epi32(l, _mm512_load_si512(x.l[1]), w.hi);
@@ -327,7 +418,7 @@ template <class W, int TR, int NR>
 TS_VNNI __attribute__((always_inline)) inline void Tile(const XGroup* x, int G, int K,
                                                         const uint8_t* w, size_t row_bytes,
                                                         int64_t ldo, float* out) {
-  constexpr size_t kGroupBytes = kGroupBlocks * W::kBlockBytes;
+  constexpr size_t kGroupBytes = GroupBytes<W>();
   __m512 acc[TR][NR];
 #pragma GCC unroll 8
   for (int i = 0; i < TR; ++i)
@@ -405,14 +496,19 @@ TS_VNNI void QuantiseRow(const float* x, int K, DType wtype, XGroup* groups) {
     __m512i q[2];
     float d;
     QuantiseBlock(x + 32 * b, q, &d);
-    int32_t sum_q = 0, sum_h = 0;
+    int32_t sum_q = 0, sum_h = 0, half_q[2];
     for (int s = 0; s < 2; ++s) {
       const __m512i h = _mm512_srai_epi32(q[s], 8);  // q = 256·h + (q & 255)
       const __m512i l = _mm512_and_si512(q[s], _mm512_set1_epi32(255));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(g.l[s] + 16 * lane), _mm512_cvtepi32_epi8(l));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(g.h[s] + 16 * lane), _mm512_cvtepi32_epi8(h));
-      sum_q += _mm512_reduce_add_epi32(q[s]);
+      half_q[s] = _mm512_reduce_add_epi32(q[s]);
+      sum_q += half_q[s];
       sum_h += _mm512_reduce_add_epi32(h);
+    }
+    if (wtype == DType::kQ6_K) {
+      g.corr[4 * lane] = -32 * half_q[0];
+      g.corr_hi[4 * lane] = -32 * half_q[1];
     }
     if (wtype == DType::kQ8_0) g.corr[4 * lane] = -128 * 256 * sum_h;
     if (wtype == DType::kQ4_0) g.corr[4 * lane] = -8 * sum_q;
@@ -428,7 +524,7 @@ template <class W>
 void Run(const float* x, const uint8_t* w, DType wtype, int T, int K, int N, float* out,
          int threads) {
   const int G = (K / 32 + kGroupBlocks - 1) / kGroupBlocks;
-  const size_t row_bytes = static_cast<size_t>(K / 32) * W::kBlockBytes;
+  const size_t row_bytes = DTypeBytes(wtype, K);
   RoundRowsThenColumns<XGroup>(
       T, K, N, G, threads,
       [&](int t, XGroup* g) { QuantiseRow(x + static_cast<int64_t>(t) * K, K, wtype, g); },
@@ -453,7 +549,8 @@ bool LinearIntHasSimd() {
 
 bool LinearIntTakes(DType wtype) {
   return wtype == DType::kQ8_0 || wtype == DType::kQ4_0 || wtype == DType::kQ4_1 ||
-         wtype == DType::kQ4_K || wtype == DType::kQ5_0 || wtype == DType::kQ5_1;
+         wtype == DType::kQ4_K || wtype == DType::kQ5_0 || wtype == DType::kQ5_1 ||
+         wtype == DType::kQ6_K;
 }
 
 void LinearInt(const float* x, const void* w, DType wtype, int T, int K, int N, float* out,
@@ -467,6 +564,7 @@ void LinearInt(const float* x, const void* w, DType wtype, int T, int K, int N, 
     case DType::kQ4_K: Run<Q4_KG>(x, wb, wtype, T, K, N, out, threads); break;
     case DType::kQ5_0: Run<Q5_0G>(x, wb, wtype, T, K, N, out, threads); break;
     case DType::kQ5_1: Run<Q5_1G>(x, wb, wtype, T, K, N, out, threads); break;
+    case DType::kQ6_K: Run<Q6_KG>(x, wb, wtype, T, K, N, out, threads); break;
     default: break;
   }
 }

@@ -1,4 +1,4 @@
-// LinearTyped's integer path for Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K weights on CPUs
+// LinearTyped's integer path for Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q6_K weights on CPUs
 // with AVX2 but not AVX-512 (linear_int.cc is the AVX-512 VNNI one).
 //
 // Why: the AVX2 f32 path (linear_typed_avx2.cc) dequantises every weight to
@@ -180,6 +180,44 @@ struct Q4_KA {
   }
 };
 
+// Q6_K: block b is sub-block j = b % 8 of the 210-byte block b / 8 (layout:
+// core/tensor/kquant.h); its weights are d·sc·(code − 32) with one int8 scale
+// sc per 16 elements. Here each scale is multiplied into the codes as int16,
+// sc·(code − 32) (|·| ≤ 4096), so a block's one f32 scale is d. A vpmaddwd
+// lane then adds two products of at most 32767 · 4096 and a pair's lane
+// sums eight (< 2^31): exact integers, rounded to f32 at 2^-24 relative as
+// Q8_0's are. kBlockBytes (26 of the 26.25 a sub-block averages) serves the
+// prefetch only; Decode addresses the 210-byte block.
+struct Q6_KA {
+  static constexpr size_t kBlockBytes = 26;
+  static constexpr bool kHasMin = false;
+  struct State {
+    float d;
+  };
+  TS_AVX2I static inline void Decode(const uint8_t* row, int b, State* s, WBlock* o) {
+    const uint8_t* blk = row + (b / 8) * 210;
+    const int j = b % 8, h = j / 4, q = j % 4;
+    if (j == 0) s->d = F16At(blk + 208);
+    const uint8_t* ql = blk + 64 * h + 32 * (q % 2);
+    const uint8_t* qh = blk + 128 + 32 * h;
+    const __m128i count = _mm_cvtsi32_si128(2 * q);
+    auto codes = [&](int half) TS_AVX2I {
+      const __m256i top = _mm256_srl_epi16(
+          _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qh + 16 * half))),
+          count);
+      const __m256i c = _mm256_or_si256(
+          Nibbles(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ql + 16 * half)), 4 * (q / 2)),
+          _mm256_slli_epi16(_mm256_and_si256(top, _mm256_set1_epi16(3)), 4));
+      const int16_t sc = static_cast<int8_t>(blk[192 + 8 * h + 2 * q + half]);
+      return _mm256_mullo_epi16(_mm256_sub_epi16(c, _mm256_set1_epi16(32)),
+                                _mm256_set1_epi16(sc));
+    };
+    o->lo = codes(0);
+    o->hi = codes(1);
+    o->d = _mm256_set1_ps(s->d);
+  }
+};
+
 // TR activation rows (B blocks each, rows B apart in `x`) × NR weight rows.
 template <class W, int TR, int NR>
 TS_AVX2I __attribute__((always_inline)) inline void Tile(const XBlock* x, int B,
@@ -249,9 +287,9 @@ TS_AVX2I __attribute__((always_inline)) inline void Tile(const XBlock* x, int B,
 
 // Output columns [n0, n1) for all T rows (WalkColumns, dense_ops.h).
 template <class W>
-TS_AVX2I __attribute__((flatten)) void Columns(const XBlock* x, int B, const uint8_t* w, int T,
-                                               int N, int n0, int n1, float* out) {
-  const size_t row_bytes = static_cast<size_t>(B) * W::kBlockBytes;
+TS_AVX2I __attribute__((flatten)) void Columns(const XBlock* x, int B, const uint8_t* w,
+                                               size_t row_bytes, int T, int N, int n0, int n1,
+                                               float* out) {
   WalkColumns(row_bytes, T, n0, n1, [&](auto tr, auto nr, int t, int n) TS_AVX2I {
     Tile<W, tr, nr>(x + static_cast<int64_t>(t) * B, B, w + n * row_bytes, row_bytes, N,
                     out + static_cast<int64_t>(t) * N + n);
@@ -316,12 +354,16 @@ TS_AVX2I void QuantiseRow(const float* x, int K, XBlock* blocks) {
 }
 
 template <class W>
-void Run(const float* x, const uint8_t* w, int T, int K, int N, float* out, int threads) {
+void Run(const float* x, const uint8_t* w, DType wtype, int T, int K, int N, float* out,
+         int threads) {
   const int B = K / 32;
+  const size_t row_bytes = DTypeBytes(wtype, K);
   RoundRowsThenColumns<XBlock>(
       T, K, N, B, threads,
       [&](int t, XBlock* b) { QuantiseRow(x + static_cast<int64_t>(t) * K, K, b); },
-      [&](const XBlock* xb, int n0, int n1) { Columns<W>(xb, B, w, T, N, n0, n1, out); });
+      [&](const XBlock* xb, int n0, int n1) {
+        Columns<W>(xb, B, w, row_bytes, T, N, n0, n1, out);
+      });
 }
 
 }  // namespace
@@ -333,12 +375,13 @@ void LinearIntAvx2(const float* x, const void* w, DType wtype, int T, int K, int
   if (T == 0 || N == 0) return;
   const uint8_t* wb = static_cast<const uint8_t*>(w);
   switch (wtype) {
-    case DType::kQ8_0: Run<Q8_0A>(x, wb, T, K, N, out, threads); break;
-    case DType::kQ4_0: Run<Q4_0A>(x, wb, T, K, N, out, threads); break;
-    case DType::kQ4_1: Run<Q4_1A>(x, wb, T, K, N, out, threads); break;
-    case DType::kQ4_K: Run<Q4_KA>(x, wb, T, K, N, out, threads); break;
-    case DType::kQ5_0: Run<Q5_0A>(x, wb, T, K, N, out, threads); break;
-    case DType::kQ5_1: Run<Q5_1A>(x, wb, T, K, N, out, threads); break;
+    case DType::kQ8_0: Run<Q8_0A>(x, wb, wtype, T, K, N, out, threads); break;
+    case DType::kQ4_0: Run<Q4_0A>(x, wb, wtype, T, K, N, out, threads); break;
+    case DType::kQ4_1: Run<Q4_1A>(x, wb, wtype, T, K, N, out, threads); break;
+    case DType::kQ4_K: Run<Q4_KA>(x, wb, wtype, T, K, N, out, threads); break;
+    case DType::kQ5_0: Run<Q5_0A>(x, wb, wtype, T, K, N, out, threads); break;
+    case DType::kQ5_1: Run<Q5_1A>(x, wb, wtype, T, K, N, out, threads); break;
+    case DType::kQ6_K: Run<Q6_KA>(x, wb, wtype, T, K, N, out, threads); break;
     default: break;
   }
 }

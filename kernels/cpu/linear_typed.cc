@@ -338,8 +338,9 @@ void LinearTyped(const float* x, const void* w, DType wtype, int T, int K, int N
     LinearInt(x, w, wtype, T, K, N, out, threads);  // linear_int.cc
     return;
   }
-  if ((wtype == DType::kQ5_0 || wtype == DType::kQ5_1) && LinearIntAvx2HasSimd()) {
-    // AVX-512 without VNNI: the f32-FMA path has no Q5 decoder.
+  if ((wtype == DType::kQ5_0 || wtype == DType::kQ5_1 || wtype == DType::kQ6_K) &&
+      LinearIntAvx2HasSimd()) {
+    // AVX-512 without VNNI: the f32-FMA path has no Q5 or Q6_K decoder.
     LinearIntAvx2(x, w, wtype, T, K, N, out, threads);
     return;
   }

@@ -14,6 +14,7 @@
 
 #include "core/model/gguf_dequant.h"
 #include "core/model/gguf_model.h"
+#include "core/model/weight_loader.h"
 #include "core/tensor/backend.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/quant_blocks.h"
@@ -473,12 +474,12 @@ TEST(GgufCheckpointTest, TensorsUnderHfNamesWithQkUnpermuted) {
   EXPECT_NE(cb.status().message().find("'blk.0.attn_q.bias'"), std::string::npos) << cb.status();
 }
 
-// Q4_K (and Q4_1) matrices stay quantised for a CPU backend that keeps them
+// Q4_K, Q6_K (and Q4_1, Q5_0) matrices stay quantised for a CPU backend that keeps them
 // ("cpu:1:auto"): the checkpoint holds the file's blocks, the Q rows
 // un-permuted as whole rows, and decodes to exactly what the dequantising
 // load gives.
 TEST(GgufCheckpointTest, QuantisedMatricesKeptWithQkUnpermuted) {
-  const int64_t D = 8, K = 256;  // q: 2 heads of 4 rows, each row one Q4_K block
+  const int64_t D = 8, K = 256;  // q: 2 heads of 4 rows, each row one Q4_K / Q6_K block
   std::mt19937 rng(9);
   std::uniform_int_distribution<int> byte(0, 255);
   auto random_blocks = [&](int64_t bytes) {
@@ -489,13 +490,17 @@ TEST(GgufCheckpointTest, QuantisedMatricesKeptWithQkUnpermuted) {
   struct Case {
     uint32_t ggml;
     DType kept;
+    std::vector<int> halves;  // byte offsets of a block's f16 scales
   };
-  for (const Case& c : {Case{12, DType::kQ4_K}, Case{3, DType::kQ4_1}}) {
+  for (const Case& c : {Case{12, DType::kQ4_K, {0, 2}}, Case{3, DType::kQ4_1, {0, 2}},
+                        Case{6, DType::kQ5_0, {0}}, Case{14, DType::kQ6_K, {208}}}) {
     SCOPED_TRACE(DTypeName(c.kept));
     std::string q = random_blocks(static_cast<int64_t>(DTypeBytes(c.kept, D * K)));
-    // Finite f16 scales (high bytes 0x1c: about 0.004) at the start of every block.
+    // Finite f16 scales (high bytes 0x1c: about 0.004) in every block.
     const size_t block = DTypeBytes(c.kept, DTypeBlockSize(c.kept));
-    for (size_t o = 0; o < q.size(); o += block) q[o + 1] = q[o + 3] = 0x1c;
+    for (size_t o = 0; o < q.size(); o += block) {
+      for (int h : c.halves) q[o + h + 1] = 0x1c;
+    }
     GgufBuilder::Tensor qt;
     qt.name = "blk.0.attn_q.weight";
     qt.dims = {static_cast<uint64_t>(K), static_cast<uint64_t>(D)};
@@ -536,6 +541,88 @@ TEST(GgufCheckpointTest, QuantisedMatricesKeptWithQkUnpermuted) {
                     .ok());
     cpu::DecodeRow(c.kept, (*ki)->data, 1, K, row.data());
     EXPECT_EQ(0, std::memcmp(row.data(), stored.data() + 2 * K, K * sizeof(float)));
+  }
+}
+
+// A fused matrix (q, k, v as one) from parts of different kept types: llama.cpp's
+// K-quant mixes of models whose width is not whole 256-element blocks store q and k
+// as Q5_0 and v as Q8_0 (Q4_K_M), or q, k as Q5_1 (Q5_K_M). Q4_0 / Q5_0 / Q8_0 parts
+// fuse as Q8_0, converted exactly; any other mix falls back to f32. Either way every
+// row decodes to what the dequantising load gives.
+TEST(GgufCheckpointTest, MixedTypePartsFuseWithoutLoss) {
+  const int64_t K = 64;
+  std::mt19937 rng(21);
+  std::uniform_int_distribution<int> byte(0, 255);
+  struct Part {
+    const char* name;
+    uint32_t ggml;
+    DType type;
+    int64_t rows;
+  };
+  struct Case {
+    std::vector<Part> parts;
+    DType fused;
+  };
+  const std::vector<Case> cases = {
+      {{{"q", 6, DType::kQ5_0, 4}, {"k", 2, DType::kQ4_0, 2}, {"v", 8, DType::kQ8_0, 2}},
+       DType::kQ8_0},
+      {{{"q", 7, DType::kQ5_1, 4}, {"k", 7, DType::kQ5_1, 2}, {"v", 8, DType::kQ8_0, 2}},
+       DType::kF32},
+      {{{"q", 6, DType::kQ5_0, 4}, {"k", 6, DType::kQ5_0, 2}, {"v", 6, DType::kQ5_0, 2}},
+       DType::kQ5_0}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(DTypeName(c.parts[0].type)) + "+" + DTypeName(c.parts[2].type));
+    GgufBuilder b;
+    for (const Part& p : c.parts) {
+      std::string data(DTypeBytes(p.type, p.rows * K), '\0');
+      for (char& ch : data) ch = static_cast<char>(byte(rng));
+      // Finite f16 scales (high byte 0x1c) at offsets 0 and, for Q5_1, 2.
+      const size_t block = DTypeBytes(p.type, 32);
+      for (size_t o = 0; o < data.size(); o += block) {
+        data[o + 1] = 0x1c;
+        if (p.type == DType::kQ5_1) data[o + 3] = 0x1c;
+      }
+      GgufBuilder::Tensor t;
+      const char* ffn = p.name[0] == 'q' ? "gate" : p.name[0] == 'k' ? "up" : "down";
+      t.name = std::string("blk.0.ffn_") + ffn + ".weight";
+      t.dims = {static_cast<uint64_t>(K), static_cast<uint64_t>(p.rows)};
+      t.type = p.ggml;
+      t.data = data;
+      b.AddTensor(t);
+    }
+    auto f = ParseImage(b.Build());
+    ASSERT_TRUE(f.ok()) << f.status();
+    LlamaConfig config;
+    auto be = CreateBackend("cpu:1:auto");
+    ASSERT_TRUE(be.ok()) << be.status();
+    auto kept = GgufCheckpoint(*f, config, DType::kF32, be->get());
+    ASSERT_TRUE(kept.ok()) << kept.status();
+    auto dequantised = GgufCheckpoint(*f, config, DType::kF32);
+    ASSERT_TRUE(dequantised.ok()) << dequantised.status();
+    const char* hf[] = {"model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.up_proj.weight",
+                        "model.layers.0.mlp.down_proj.weight"};
+    std::vector<RowPart> parts;
+    int64_t rows = 0;
+    for (size_t i = 0; i < c.parts.size(); ++i) {
+      parts.push_back({hf[i], {c.parts[i].rows, K}, 0, c.parts[i].rows});
+      rows += c.parts[i].rows;
+    }
+    WeightLoader loader(kept->get(), be->get());
+    auto fused = loader.LoadRows(parts);
+    ASSERT_TRUE(fused.ok()) << fused.status();
+    EXPECT_EQ(fused->dtype(), c.fused);
+    std::vector<float> got(K);
+    int64_t r = 0;
+    for (size_t i = 0; i < c.parts.size(); ++i) {
+      auto di = (*dequantised)->Find(hf[i], {c.parts[i].rows, K});
+      ASSERT_TRUE(di.ok()) << di.status();
+      for (int64_t j = 0; j < c.parts[i].rows; ++j, ++r) {
+        cpu::DecodeRow(fused->dtype(), fused->raw(), r, K, got.data());
+        EXPECT_EQ(0, std::memcmp(got.data(), reinterpret_cast<const float*>((*di)->data) + j * K,
+                                 K * sizeof(float)))
+            << "row " << r;
+      }
+    }
   }
 }
 
