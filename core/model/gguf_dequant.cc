@@ -36,32 +36,7 @@ void DequantizeQ5_0(const uint8_t* b, float* out) { DequantizeQ5Block(false, b, 
 void DequantizeQ5_1(const uint8_t* b, float* out) { DequantizeQ5Block(true, b, out); }
 void DequantizeQ4_K(const uint8_t* b, float* out) { DequantizeQ4KBlock(b, out); }
 
-void DequantizeQ5_K(const uint8_t* b, float* out) {
-  const float d = HalfAt(b);
-  const float dmin = HalfAt(b + 2);
-  const uint8_t* scales = b + 4;
-  const uint8_t* qh = b + 16;
-  const uint8_t* ql = b + 48;
-  int is = 0;
-  uint8_t u1 = 1, u2 = 2;
-  for (int j = 0; j < 256; j += 64) {
-    uint8_t sc, mn;
-    ScaleMinK4(is, scales, &sc, &mn);
-    const float d1 = d * sc, m1 = dmin * mn;
-    ScaleMinK4(is + 1, scales, &sc, &mn);
-    const float d2 = d * sc, m2 = dmin * mn;
-    for (int l = 0; l < 32; ++l) {
-      *out++ = d1 * static_cast<float>((ql[l] & 0xF) + ((qh[l] & u1) ? 16 : 0)) - m1;
-    }
-    for (int l = 0; l < 32; ++l) {
-      *out++ = d2 * static_cast<float>((ql[l] >> 4) + ((qh[l] & u2) ? 16 : 0)) - m2;
-    }
-    ql += 32;
-    is += 2;
-    u1 <<= 2;
-    u2 <<= 2;
-  }
-}
+void DequantizeQ5_K(const uint8_t* b, float* out) { DequantizeQ5KBlock(b, out); }
 
 void DequantizeQ6_K(const uint8_t* b, float* out) { DequantizeQ6KBlock(b, out); }
 

@@ -209,6 +209,7 @@ bool PlainDType(GgmlType type, DType* out) {
     case GgmlType::kQ4_K: *out = DType::kQ4_K; return true;
     case GgmlType::kQ5_0: *out = DType::kQ5_0; return true;
     case GgmlType::kQ5_1: *out = DType::kQ5_1; return true;
+    case GgmlType::kQ5_K: *out = DType::kQ5_K; return true;
     case GgmlType::kQ6_K: *out = DType::kQ6_K; return true;
     default: return false;
   }

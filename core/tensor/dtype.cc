@@ -18,6 +18,7 @@ size_t DTypeSize(DType dtype) {
     case DType::kQ4_K:
     case DType::kQ5_0:
     case DType::kQ5_1:
+    case DType::kQ5_K:
     case DType::kQ6_K: return 0;
   }
   return 0;
@@ -26,11 +27,11 @@ size_t DTypeSize(DType dtype) {
 bool IsQuantized(DType dtype) {
   return dtype == DType::kQ8_0 || dtype == DType::kQ4_0 || dtype == DType::kQ4_1 ||
          dtype == DType::kQ4_K || dtype == DType::kQ5_0 || dtype == DType::kQ5_1 ||
-         dtype == DType::kQ6_K;
+         dtype == DType::kQ5_K || dtype == DType::kQ6_K;
 }
 
 int64_t DTypeBlockSize(DType dtype) {
-  if (dtype == DType::kQ4_K || dtype == DType::kQ6_K) return 256;
+  if (dtype == DType::kQ4_K || dtype == DType::kQ5_K || dtype == DType::kQ6_K) return 256;
   return IsQuantized(dtype) ? 32 : 1;
 }
 
@@ -42,6 +43,7 @@ size_t DTypeBytes(DType dtype, int64_t n) {
     case DType::kQ4_K: return static_cast<size_t>(n / 256) * 144;
     case DType::kQ5_0: return static_cast<size_t>(n / 32) * 22;
     case DType::kQ5_1: return static_cast<size_t>(n / 32) * 24;
+    case DType::kQ5_K: return static_cast<size_t>(n / 256) * 176;
     case DType::kQ6_K: return static_cast<size_t>(n / 256) * 210;
     default: return static_cast<size_t>(n) * DTypeSize(dtype);
   }
@@ -61,6 +63,7 @@ const char* DTypeName(DType dtype) {
     case DType::kQ4_K: return "q4_k";
     case DType::kQ5_0: return "q5_0";
     case DType::kQ5_1: return "q5_1";
+    case DType::kQ5_K: return "q5_k";
     case DType::kQ6_K: return "q6_k";
   }
   return "?";

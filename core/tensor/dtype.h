@@ -9,18 +9,19 @@
 
 namespace treespec {
 
-// kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1 (32 elements per block), kQ4_K and kQ6_K (256) are ggml's
+// kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1 (32 elements per block), kQ4_K, kQ5_K and
+// kQ6_K (256) are ggml's
 // block-quantised layouts (core/model/gguf_dequant.h), kept quantised in
 // memory as CPU weight matrices (kernels/cpu/quant_blocks.h); a tensor of them
 // holds whole blocks along its last dimension.
 enum class DType : uint8_t {
   kF32 = 0, kF16 = 1, kBF16 = 2, kI32 = 3, kI64 = 4, kU8 = 5, kQ8_0 = 6, kQ4_0 = 7, kQ4_1 = 8,
-  kQ4_K = 9, kQ5_0 = 10, kQ5_1 = 11, kQ6_K = 12
+  kQ4_K = 9, kQ5_0 = 10, kQ5_1 = 11, kQ6_K = 12, kQ5_K = 13
 };
 
 // Bytes per element of a plain dtype; 0 for the block-quantised ones (use DTypeBytes).
 size_t DTypeSize(DType dtype);
-// Elements per block: 32 for Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1, 256 for Q4_K / Q6_K, 1
+// Elements per block: 32 for Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1, 256 for Q4_K / Q5_K / Q6_K, 1
 // otherwise.
 int64_t DTypeBlockSize(DType dtype);
 // Bytes of `n` elements (for quantised dtypes n is a multiple of the block size).

@@ -1,5 +1,5 @@
 // The scale / min packing of ggml's 256-element "K" blocks (Q4_K, Q5_K) and
-// the Q4_K, Q6_K, Q5_0 and Q5_1 block decoders, shared by the GGUF dequantiser
+// the Q4_K, Q5_K, Q6_K, Q5_0 and Q5_1 block decoders, shared by the GGUF dequantiser
 // (core/model/gguf_dequant.cc) and the CPU kernels that keep these weights
 // quantised (kernels/cpu/quant_blocks.h, linear_typed.cc). Pure functions.
 #pragma once
@@ -38,6 +38,23 @@ inline void DequantizeQ4KBlock(const uint8_t* b, float* out) {
     const uint8_t* q = b + 16 + 32 * (j / 2);
     for (int e = 0; e < 32; ++e) {
       const int code = j % 2 == 0 ? q[e] & 0x0f : q[e] >> 4;
+      out[32 * j + e] = scale * static_cast<float>(code) - min;
+    }
+  }
+}
+
+// out[0..255] = the 256 weights of the Q5_K block at `b` ([d f16][dmin f16]
+// [12 scale bytes][32 bytes qh][128 code bytes]): Q4_K's, with bit j of qh
+// byte e the fifth bit (16) of sub-block j's element e.
+inline void DequantizeQ5KBlock(const uint8_t* b, float* out) {
+  const float d = HalfAt(b), dmin = HalfAt(b + 2);
+  for (int j = 0; j < 8; ++j) {
+    uint8_t sc, mn;
+    ScaleMinK4(j, b + 4, &sc, &mn);
+    const float scale = d * static_cast<float>(sc), min = dmin * static_cast<float>(mn);
+    const uint8_t* q = b + 48 + 32 * (j / 2);
+    for (int e = 0; e < 32; ++e) {
+      const int code = (j % 2 == 0 ? q[e] & 0x0f : q[e] >> 4) | (((b[16 + e] >> j) & 1) << 4);
       out[32 * j + e] = scale * static_cast<float>(code) - min;
     }
   }

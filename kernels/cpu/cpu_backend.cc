@@ -40,7 +40,7 @@ absl::Status CheckWeight(const Tensor& t, const char* what) {
       t.dim(1) % DTypeBlockSize(t.dtype()) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cpu backend: ", what, " must be a [N, K] f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, "
-        "q4_k or q6_k matrix "
+        "q4_k, q5_k or q6_k matrix "
         "on cpu, got ", t.DebugString()));
   }
   return absl::OkStatus();

@@ -77,6 +77,9 @@ inline constexpr size_t kWeightPrefetchBytes = 16 << 10;
 // activation rows against two weight rows per tile, then against one; the
 // last T % 4 rows one weight row at a time (a single sequential stream reads
 // cold weights ~1.5x faster than several interleaved rows: decode, T = 1).
+// kRows = 8: eight activation rows per tile first (then four), for weight
+// types whose decoding costs as much as the products (the integer path's
+// K-quants), so that a decoded group serves twice the rows.
 // tile(tr, nr, t, n) computes out rows [t, t + TR) x columns [n, n + NR),
 // TR and NR given as std::integral_constant, so that each kernel's generic
 // lambda (carrying the kernel's target attribute) instantiates its own
@@ -84,8 +87,10 @@ inline constexpr size_t kWeightPrefetchBytes = 16 << 10;
 // from a function with the kernel's target and __attribute__((flatten)), so
 // that the walk, the lambda and each tile become one function: with a call
 // per tile the integer path ran 8-16% slower (linear_bench, T = 1 and 64).
-template <class TileFn>
+template <int kRows = 4, class TileFn>
 inline void WalkColumns(size_t row_bytes, int T, int n0, int n1, const TileFn& tile) {
+  static_assert(kRows == 4 || kRows == 8);
+  using Eight = std::integral_constant<int, 8>;
   using Four = std::integral_constant<int, 4>;
   using Two = std::integral_constant<int, 2>;
   using One = std::integral_constant<int, 1>;
@@ -94,6 +99,13 @@ inline void WalkColumns(size_t row_bytes, int T, int n0, int n1, const TileFn& t
   for (int nb = n0; nb < n1; nb += block_rows) {
     const int ne = std::min(n1, nb + block_rows);
     int t = 0;
+    if constexpr (kRows == 8) {
+      for (; t + 8 <= T; t += 8) {
+        int n = nb;
+        for (; n + 2 <= ne; n += 2) tile(Eight{}, Two{}, t, n);
+        for (; n < ne; ++n) tile(Eight{}, One{}, t, n);
+      }
+    }
     for (; t + 4 <= T; t += 4) {
       int n = nb;
       for (; n + 2 <= ne; n += 2) tile(Four{}, Two{}, t, n);

@@ -1,6 +1,7 @@
 // The integer path of LinearTyped for ggml-quantised weights (Q8_0, Q4_0,
-// Q4_1, Q5_0, Q5_1, Q4_K, Q6_K) on CPUs with AVX-512 VNNI: activations quantised per 32-element block
-// to int16, integer dot products with vpdpbusd, one f32 scale per block
+// Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) on CPUs with AVX-512 VNNI: activations
+// quantised per 32-element block to int16, integer dot products with
+// vpdpbusd, one f32 scale per block
 // (linear_int.cc says why and how). Stateless; safe to call from any thread.
 #pragma once
 
@@ -15,7 +16,7 @@ namespace treespec::cpu {
 bool LinearIntHasSimd();
 
 // Whether LinearInt (and LinearIntAvx2) take weights of `wtype` (Q8_0, Q4_0,
-// Q4_1, Q5_0, Q5_1, Q4_K, Q6_K).
+// Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K).
 bool LinearIntTakes(DType wtype);
 
 // in: x [T, K] f32, w [N, K] as `wtype` (LinearIntTakes; K whole blocks);

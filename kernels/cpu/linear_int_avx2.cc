@@ -1,4 +1,5 @@
-// LinearTyped's integer path for Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q6_K weights on CPUs
+// LinearTyped's integer path for Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K weights on
+// CPUs
 // with AVX2 but not AVX-512 (linear_int.cc is the AVX-512 VNNI one).
 //
 // Why: the AVX2 f32 path (linear_typed_avx2.cc) dequantises every weight to
@@ -153,14 +154,19 @@ using Q5_1A = Q5A<24, true>;
 // dmin·mn_j (both products exact in f32), its codes the low (j even) or high
 // (j odd) nibbles of code bytes 32·(j / 2) .. + 31. A row's eight scales and
 // mins are unpacked when its sub-block 0 is reached.
-struct Q4_KA {
-  static constexpr size_t kBlockBytes = 18;  // of a 32-element sub-block: 144 / 8
+// Q5_K (kFive; [d][dmin][12 scale bytes][32 bytes qh][128 code bytes], 176
+// bytes): the same, with bit j of qh byte e added as the fifth bit (16) of
+// sub-block j's element e.
+template <bool kFive>
+struct KA {
+  static constexpr size_t kSuperBytes = kFive ? 176 : 144;
+  static constexpr size_t kBlockBytes = kSuperBytes / 8;  // of a 32-element sub-block
   static constexpr bool kHasMin = true;
   struct State {
     float scale[8], min[8];
   };
   TS_AVX2I static inline void Decode(const uint8_t* row, int b, State* s, WBlock* o) {
-    const uint8_t* blk = row + (b / 8) * 144;
+    const uint8_t* blk = row + (b / 8) * kSuperBytes;
     const int j = b % 8;
     if (j == 0) {
       const float d = F16At(blk), dmin = F16At(blk + 2);
@@ -171,14 +177,28 @@ struct Q4_KA {
         s->min[k] = -dmin * static_cast<float>(mn);
       }
     }
-    const uint8_t* codes = blk + 16 + 32 * (j / 2);
+    const uint8_t* codes = blk + (kFive ? 48 : 16) + 32 * (j / 2);
     const int shift = 4 * (j % 2);
     o->lo = Nibbles(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)), shift);
     o->hi = Nibbles(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 16)), shift);
+    if constexpr (kFive) {
+      const __m128i count = _mm_cvtsi32_si128(j);
+      auto fifth = [&](int half) TS_AVX2I {
+        const __m256i qh = _mm256_cvtepu8_epi16(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 + 16 * half)));
+        return _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(qh, count),
+                                                  _mm256_set1_epi16(1)),
+                                 4);
+      };
+      o->lo = _mm256_or_si256(o->lo, fifth(0));
+      o->hi = _mm256_or_si256(o->hi, fifth(1));
+    }
     o->d = _mm256_set1_ps(s->scale[j]);
     o->m = _mm256_set1_ps(s->min[j]);
   }
 };
+using Q4_KA = KA<false>;
+using Q5_KA = KA<true>;
 
 // Q6_K: block b is sub-block j = b % 8 of the 210-byte block b / 8 (layout:
 // core/tensor/kquant.h); its weights are d·sc·(code − 32) with one int8 scale
@@ -381,6 +401,7 @@ void LinearIntAvx2(const float* x, const void* w, DType wtype, int T, int K, int
     case DType::kQ4_K: Run<Q4_KA>(x, wb, wtype, T, K, N, out, threads); break;
     case DType::kQ5_0: Run<Q5_0A>(x, wb, wtype, T, K, N, out, threads); break;
     case DType::kQ5_1: Run<Q5_1A>(x, wb, wtype, T, K, N, out, threads); break;
+    case DType::kQ5_K: Run<Q5_KA>(x, wb, wtype, T, K, N, out, threads); break;
     case DType::kQ6_K: Run<Q6_KA>(x, wb, wtype, T, K, N, out, threads); break;
     default: break;
   }

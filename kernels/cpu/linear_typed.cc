@@ -338,7 +338,8 @@ void LinearTyped(const float* x, const void* w, DType wtype, int T, int K, int N
     LinearInt(x, w, wtype, T, K, N, out, threads);  // linear_int.cc
     return;
   }
-  if ((wtype == DType::kQ5_0 || wtype == DType::kQ5_1 || wtype == DType::kQ6_K) &&
+  if ((wtype == DType::kQ5_0 || wtype == DType::kQ5_1 || wtype == DType::kQ5_K ||
+       wtype == DType::kQ6_K) &&
       LinearIntAvx2HasSimd()) {
     // AVX-512 without VNNI: the f32-FMA path has no Q5 or Q6_K decoder.
     LinearIntAvx2(x, w, wtype, T, K, N, out, threads);

@@ -1,5 +1,5 @@
 // Scalar decoders of weight rows stored as f16, bf16 or ggml's quantised
-// blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 of 32 elements, Q4_K and Q6_K of 256; layouts in
+// blocks (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 of 32 elements, Q4_K, Q5_K and Q6_K of 256; layouts in
 // core/model/gguf_dequant.h),
 // shared by the CPU backend's embedding lookup, the portable linear path and
 // the tests. Each gives exactly the float ggml's dequantisation gives.
@@ -17,6 +17,8 @@ namespace treespec::cpu {
 inline void DecodeBlock(DType type, const uint8_t* b, float* out) {
   if (type == DType::kQ4_K) {
     DequantizeQ4KBlock(b, out);  // core/tensor/kquant.h
+  } else if (type == DType::kQ5_K) {
+    DequantizeQ5KBlock(b, out);  // core/tensor/kquant.h
   } else if (type == DType::kQ6_K) {
     DequantizeQ6KBlock(b, out);  // core/tensor/kquant.h
   } else if (type == DType::kQ5_0 || type == DType::kQ5_1) {

@@ -474,7 +474,7 @@ TEST(GgufCheckpointTest, TensorsUnderHfNamesWithQkUnpermuted) {
   EXPECT_NE(cb.status().message().find("'blk.0.attn_q.bias'"), std::string::npos) << cb.status();
 }
 
-// Q4_K, Q6_K (and Q4_1, Q5_0) matrices stay quantised for a CPU backend that keeps them
+// Q4_K, Q5_K, Q6_K (and Q4_1, Q5_0) matrices stay quantised for a CPU backend that keeps them
 // ("cpu:1:auto"): the checkpoint holds the file's blocks, the Q rows
 // un-permuted as whole rows, and decodes to exactly what the dequantising
 // load gives.
@@ -493,7 +493,8 @@ TEST(GgufCheckpointTest, QuantisedMatricesKeptWithQkUnpermuted) {
     std::vector<int> halves;  // byte offsets of a block's f16 scales
   };
   for (const Case& c : {Case{12, DType::kQ4_K, {0, 2}}, Case{3, DType::kQ4_1, {0, 2}},
-                        Case{6, DType::kQ5_0, {0}}, Case{14, DType::kQ6_K, {208}}}) {
+                        Case{6, DType::kQ5_0, {0}}, Case{14, DType::kQ6_K, {208}},
+                        Case{13, DType::kQ5_K, {0, 2}}}) {
     SCOPED_TRACE(DTypeName(c.kept));
     std::string q = random_blocks(static_cast<int64_t>(DTypeBytes(c.kept, D * K)));
     // Finite f16 scales (high bytes 0x1c: about 0.004) in every block.

@@ -1,5 +1,6 @@
 // LinearTyped (kernels/cpu/linear_typed.cc, linear_int.cc): f32, f16, bf16,
-// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K and Q6_K weight matrices against the f64 product with the
+// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K weight matrices against the
+// f64 product with the
 // dequantised matrix, and batch invariance — a row computed alone equals the
 // same row inside a batch, and 1 thread equals 2, bit for bit — on each path
 // this CPU has: the integer path (AVX-512 VNNI; its reference uses the
@@ -54,7 +55,7 @@ std::vector<uint8_t> RandomMatrix(DType type, int N, int K, std::mt19937* rng) {
   for (size_t b = 0; b < w.size() / bb; ++b) {
     uint8_t* blk = w.data() + b * bb;
     for (size_t j = 0; j < bb; ++j) blk[j] = static_cast<uint8_t>(byte(*rng));
-    if (type == DType::kQ4_K) {
+    if (type == DType::kQ4_K || type == DType::kQ5_K) {
       // d and dmin; the 6-bit scales and mins (random bytes) multiply them by up to 63.
       const uint16_t d = FloatToHalf(0.0002f + 0.0002f * std::fabs(u(*rng)));
       const uint16_t dmin = FloatToHalf(0.001f * std::fabs(u(*rng)));
@@ -94,7 +95,8 @@ const Case kCases[] = {{DType::kF32, 100},  {DType::kF32, 256},  {DType::kF16, 1
                        {DType::kQ4_0, 128}, {DType::kQ4_1, 64},  {DType::kQ8_0, 576},
                        {DType::kQ4_K, 256}, {DType::kQ4_K, 768}, {DType::kQ5_0, 96},
                        {DType::kQ5_0, 256}, {DType::kQ5_1, 160}, {DType::kQ5_1, 576},
-                       {DType::kQ6_K, 256}, {DType::kQ6_K, 768}};
+                       {DType::kQ6_K, 256}, {DType::kQ6_K, 768}, {DType::kQ5_K, 256},
+                       {DType::kQ5_K, 768}};
 
 // The activations as the integer path sees them (x̂ = d·q per block), and the
 // largest rounding error of each element: d/2, plus 0.01·d for the f32
@@ -195,7 +197,7 @@ TEST(LinearTypedTest, PortablePathMatchesDequantisedF32AndIsBatchInvariant) {
 TEST(LinearTypedTest, IntPathMatchesRoundedActivationsAndIsBatchInvariant) {
   if (!cpu::LinearIntHasSimd()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
   const std::vector<DType> quantised = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K,
-                                       DType::kQ5_0, DType::kQ5_1, DType::kQ6_K};
+                                       DType::kQ5_0, DType::kQ5_1, DType::kQ5_K, DType::kQ6_K};
   CheckKernel(&cpu::LinearInt, "int", /*int_path=*/true, quantised);
   // LinearTyped dispatches quantised weights here.
   CheckKernel(&cpu::LinearTyped, "dispatch", /*int_path=*/true, quantised);
@@ -206,7 +208,7 @@ TEST(LinearTypedTest, IntPathMatchesRoundedActivationsAndIsBatchInvariant) {
 TEST(LinearTypedTest, Avx2IntPathMatchesRoundedActivationsAndIsBatchInvariant) {
   if (!cpu::LinearIntAvx2HasSimd()) GTEST_SKIP() << "no AVX2, FMA and F16C on this CPU";
   const std::vector<DType> quantised = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ4_K,
-                                       DType::kQ5_0, DType::kQ5_1, DType::kQ6_K};
+                                       DType::kQ5_0, DType::kQ5_1, DType::kQ5_K, DType::kQ6_K};
   CheckKernel(&cpu::LinearIntAvx2, "int-avx2", /*int_path=*/true, quantised);
   // Without AVX-512, LinearTyped dispatches quantised weights here.
   if (!cpu::LinearTypedHasSimd(DType::kQ8_0)) {
@@ -362,7 +364,7 @@ TEST(LinearTypedTest, DecodeRowEqualsTheGgufDequantiser) {
   for (const Type& t : {Type{DType::kQ8_0, GgmlType::kQ8_0}, Type{DType::kQ4_0, GgmlType::kQ4_0},
                         Type{DType::kQ4_1, GgmlType::kQ4_1}, Type{DType::kQ4_K, GgmlType::kQ4_K},
                         Type{DType::kQ5_0, GgmlType::kQ5_0}, Type{DType::kQ5_1, GgmlType::kQ5_1},
-                        Type{DType::kQ6_K, GgmlType::kQ6_K}}) {
+                        Type{DType::kQ5_K, GgmlType::kQ5_K}, Type{DType::kQ6_K, GgmlType::kQ6_K}}) {
     const int N = 3, K = 512;
     std::vector<uint8_t> w = RandomMatrix(t.dtype, N, K, &rng);
     std::vector<float> want(static_cast<size_t>(N) * K), row(K);
@@ -388,7 +390,7 @@ TEST(CpuWeightsTest, SpecSelectsWeightStorage) {
     ASSERT_TRUE(be.ok()) << w.spec << ": " << be.status();
     EXPECT_EQ((*be)->WeightDType(DType::kF32), w.from_f32) << w.spec;
     EXPECT_EQ((*be)->WeightDType(DType::kQ4_1), w.from_q4_1) << w.spec;
-    for (DType kept : {DType::kQ4_K, DType::kQ5_0, DType::kQ5_1, DType::kQ6_K}) {
+    for (DType kept : {DType::kQ4_K, DType::kQ5_0, DType::kQ5_1, DType::kQ5_K, DType::kQ6_K}) {
       EXPECT_EQ((*be)->WeightDType(kept), w.from_q4_1 == DType::kQ4_1 ? kept : w.from_q4_1)
           << w.spec << " " << DTypeName(kept);
     }
@@ -406,7 +408,8 @@ TEST(CpuWeightsTest, BackendLinearAndEmbeddingTakeQuantisedWeights) {
   auto be = CreateBackend("cpu:1:auto");
   ASSERT_TRUE(be.ok()) << be.status();
   std::mt19937 rng(3);
-  for (DType type : {DType::kQ8_0, DType::kQ4_K, DType::kQ5_0, DType::kQ5_1, DType::kQ6_K}) {
+  for (DType type : {DType::kQ8_0, DType::kQ4_K, DType::kQ5_0, DType::kQ5_1, DType::kQ5_K,
+                     DType::kQ6_K}) {
     SCOPED_TRACE(DTypeName(type));
     const int N = 40, K = 256, T = 3;
     std::vector<uint8_t> raw = RandomMatrix(type, N, K, &rng);

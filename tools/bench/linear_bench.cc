@@ -55,7 +55,8 @@ std::vector<int> Ints(absl::string_view flag, const std::string& text) {
 
 bool ParseType(absl::string_view name, DType* out) {
   for (DType d : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0,
-                  DType::kQ4_1, DType::kQ4_K, DType::kQ5_0, DType::kQ5_1, DType::kQ6_K}) {
+                  DType::kQ4_1, DType::kQ4_K, DType::kQ5_0, DType::kQ5_1,
+                  DType::kQ5_K, DType::kQ6_K}) {
     if (name == DTypeName(d)) {
       *out = d;
       return true;
