@@ -410,7 +410,8 @@ absl::StatusOr<std::shared_ptr<const GgufFile>> GgufFile::Parse(std::shared_ptr<
       return absl::UnimplementedError(absl::StrCat(
           path, ": offset ", type_at, ": tensor '", t.name, "' has ggml type ", type, " (",
           GgmlTypeName(type),
-          "), which is not supported (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K are)"));
+          "), which is not supported (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, "
+          "Q5_K, Q6_K are)"));
     }
     t.type = static_cast<GgmlType>(type);
     if (t.dims[0] % block_elems != 0) {

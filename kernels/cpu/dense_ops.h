@@ -78,8 +78,8 @@ inline constexpr size_t kWeightPrefetchBytes = 16 << 10;
 // last T % 4 rows one weight row at a time (a single sequential stream reads
 // cold weights ~1.5x faster than several interleaved rows: decode, T = 1).
 // kRows = 8: eight activation rows per tile first (then four), for weight
-// types whose decoding costs as much as the products (the integer path's
-// K-quants), so that a decoded group serves twice the rows.
+// types whose decoding costs as much as the products (the integer path's Q5
+// types and K-quants), so that a decoded group serves twice the rows.
 // tile(tr, nr, t, n) computes out rows [t, t + TR) x columns [n, n + NR),
 // TR and NR given as std::integral_constant, so that each kernel's generic
 // lambda (carrying the kernel's target attribute) instantiates its own

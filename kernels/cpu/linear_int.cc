@@ -37,7 +37,7 @@
 // Batch invariance (linear.cc's header): an output element is the integer sums
 // of its groups (exact, order-free), each turned into f32 and added to 16 lane
 // accumulators in group order by the same FMAs, then Reduce16's fixed tree —
-// whatever the tile (4×2 for prefill, 1×1 for decode), the number of rows T
+// whatever the tile (8×2 or 4×2 for prefill, 1×1 for decode), the number of rows T
 // or the thread. The activation codes of a row depend on that row only.
 #include "kernels/cpu/linear_int.h"
 
@@ -76,8 +76,8 @@ struct alignas(64) XGroup {
   float dsum[16];     // Q4_1: d_x·Σq of block b in lane 4b
 };
 
-// The byte offset of group g of a row (kGroupBytes: a type's group size, by
-// default 4 blocks).
+// The bytes of one group of a weight row: kGroupBytes where a type sets it
+// (the K-quants' half blocks), else 4 blocks.
 template <class W>
 constexpr size_t GroupBytes() {
   if constexpr (requires { W::kGroupBytes; }) {

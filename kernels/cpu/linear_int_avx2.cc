@@ -1,6 +1,6 @@
-// LinearTyped's integer path for Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K weights on
-// CPUs
-// with AVX2 but not AVX-512 (linear_int.cc is the AVX-512 VNNI one).
+// LinearTyped's integer path for Q8_0 / Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K /
+// Q5_K / Q6_K weights on CPUs with AVX2 but not AVX-512 (linear_int.cc is the
+// AVX-512 VNNI one).
 //
 // Why: the AVX2 f32 path (linear_typed_avx2.cc) dequantises every weight to
 // f32 in registers, ~19 vector instructions per 32 Q4_1 weights before its 4
@@ -156,7 +156,7 @@ using Q5_1A = Q5A<24, true>;
 // mins are unpacked when its sub-block 0 is reached.
 // Q5_K (kFive; [d][dmin][12 scale bytes][32 bytes qh][128 code bytes], 176
 // bytes): the same, with bit j of qh byte e added as the fifth bit (16) of
-// sub-block j's element e.
+// sub-block j's element e (codes 0..31: exact, as Q5A's).
 template <bool kFive>
 struct KA {
   static constexpr size_t kSuperBytes = kFive ? 176 : 144;

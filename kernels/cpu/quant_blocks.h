@@ -42,7 +42,8 @@ inline void DecodeBlock(DType type, const uint8_t* b, float* out) {
 }
 
 // Whether blocks of `type` convert to Q8_0 exactly (ToQ8_0Block): Q4_0 and
-// Q5_0, whose weights are d·(code − offset) with |code − offset| ≤ 16.
+// Q5_0, whose weights are d·(code − offset) with |code − offset| ≤ 16, and
+// Q8_0 itself.
 inline bool ConvertsToQ8_0(DType type) {
   return type == DType::kQ4_0 || type == DType::kQ5_0 || type == DType::kQ8_0;
 }
