@@ -28,37 +28,25 @@ inline void ScaleMinK4(int j, const uint8_t* q, uint8_t* sc, uint8_t* mn) {
 // out[0..255] = the 256 weights of the Q4_K block at `b` ([d f16][dmin f16]
 // [12 scale bytes][128 code bytes]): sub-block j (32 elements) is
 // d·sc_j·nibble − dmin·mn_j, its nibbles the low (j even) or high (j odd)
-// halves of code bytes 32·(j / 2) .. + 31.
-inline void DequantizeQ4KBlock(const uint8_t* b, float* out) {
+// halves of code bytes 32·(j / 2) .. + 31. With `five`, of the Q5_K block
+// ([d][dmin][12 scale bytes][32 bytes qh][128 code bytes]): the same, with
+// bit j of qh byte e the fifth bit (16) of sub-block j's element e.
+inline void DequantizeKBlock(bool five, const uint8_t* b, float* out) {
   const float d = HalfAt(b), dmin = HalfAt(b + 2);
   for (int j = 0; j < 8; ++j) {
     uint8_t sc, mn;
     ScaleMinK4(j, b + 4, &sc, &mn);
     const float scale = d * static_cast<float>(sc), min = dmin * static_cast<float>(mn);
-    const uint8_t* q = b + 16 + 32 * (j / 2);
+    const uint8_t* q = b + (five ? 48 : 16) + 32 * (j / 2);
     for (int e = 0; e < 32; ++e) {
-      const int code = j % 2 == 0 ? q[e] & 0x0f : q[e] >> 4;
+      int code = j % 2 == 0 ? q[e] & 0x0f : q[e] >> 4;
+      if (five) code |= ((b[16 + e] >> j) & 1) << 4;
       out[32 * j + e] = scale * static_cast<float>(code) - min;
     }
   }
 }
-
-// out[0..255] = the 256 weights of the Q5_K block at `b` ([d f16][dmin f16]
-// [12 scale bytes][32 bytes qh][128 code bytes]): Q4_K's, with bit j of qh
-// byte e the fifth bit (16) of sub-block j's element e.
-inline void DequantizeQ5KBlock(const uint8_t* b, float* out) {
-  const float d = HalfAt(b), dmin = HalfAt(b + 2);
-  for (int j = 0; j < 8; ++j) {
-    uint8_t sc, mn;
-    ScaleMinK4(j, b + 4, &sc, &mn);
-    const float scale = d * static_cast<float>(sc), min = dmin * static_cast<float>(mn);
-    const uint8_t* q = b + 48 + 32 * (j / 2);
-    for (int e = 0; e < 32; ++e) {
-      const int code = (j % 2 == 0 ? q[e] & 0x0f : q[e] >> 4) | (((b[16 + e] >> j) & 1) << 4);
-      out[32 * j + e] = scale * static_cast<float>(code) - min;
-    }
-  }
-}
+inline void DequantizeQ4KBlock(const uint8_t* b, float* out) { DequantizeKBlock(false, b, out); }
+inline void DequantizeQ5KBlock(const uint8_t* b, float* out) { DequantizeKBlock(true, b, out); }
 
 // out[0..255] = the 256 weights of the Q6_K block at `b` ([128 bytes ql][64
 // bytes qh][16 int8 scales][d f16]): in half n (128 elements; its ql bytes

@@ -48,6 +48,7 @@
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dense_ops.h"
+#include "kernels/cpu/kquant_simd.h"
 #include "kernels/cpu/simd_reduce.h"
 
 // GCC 12 warns about the undefined pass-through operand inside the AVX-512
@@ -328,30 +329,10 @@ struct KG {
       o->lo = o->ulo = _mm512_or_si512(o->lo, TopBits(_mm256_castsi256_si128(qh), shift, 1));
       o->hi = o->uhi = _mm512_or_si512(o->hi, TopBits(_mm256_extracti128_si256(qh, 1), shift, 1));
     }
-    // The 6-bit pairs of sub-blocks 4h..4h+3 (ScaleMinK4), unpacked from the
-    // block's first 16 bytes [d, dmin, 12 packed bytes] in one xmm: bytes
-    // 0..7 of `sm` are the eight scales, 8..15 the eight mins.
+    // The 6-bit pairs of sub-blocks 4h..4h+3 (kquant_simd.h): bytes 0..7 of
+    // `sm` are the eight scales, 8..15 the eight mins.
     const __m128i head = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
-    // low: scales 0..3 = bytes 4..7, mins 0..3 = bytes 8..11 (& 63); high:
-    // scales 4..7 = (bytes 12..15 & 15) | (bytes 4..7 >> 6) << 4, mins 4..7 =
-    // (bytes 12..15 >> 4) | (bytes 8..11 >> 6) << 4.
-    const __m128i lo6 = _mm_and_si128(
-        _mm_shuffle_epi8(head,
-                         _mm_setr_epi8(4, 5, 6, 7, -1, -1, -1, -1, 8, 9, 10, 11, -1, -1, -1, -1)),
-        _mm_set1_epi8(63));
-    const __m128i nib = _mm_shuffle_epi8(
-        head, _mm_setr_epi8(-1, -1, -1, -1, 12, 13, 14, 15, -1, -1, -1, -1, 12, 13, 14, 15));
-    const __m128i nib_lo = _mm_and_si128(nib, _mm_setr_epi8(0, 0, 0, 0, 15, 15, 15, 15, 0, 0, 0,
-                                                             0, 0, 0, 0, 0));
-    const __m128i nib_hi = _mm_and_si128(_mm_srli_epi16(nib, 4),
-                                         _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 15,
-                                                       15, 15, 15));
-    const __m128i top = _mm_and_si128(
-        _mm_srli_epi16(_mm_shuffle_epi8(head, _mm_setr_epi8(-1, -1, -1, -1, 4, 5, 6, 7, -1, -1, -1,
-                                                              -1, 8, 9, 10, 11)),
-                       2),
-        _mm_set1_epi8(0x30));
-    __m128i sm = _mm_or_si128(_mm_or_si128(lo6, nib_lo), _mm_or_si128(nib_hi, top));
+    const __m128i sm = UnpackKScales(head);
     // sm: [sc0..3, sc4..7, mn0..3, mn4..7]. This half's four scales and four
     // mins (bytes 4h.. and 8 + 4h..) as floats [sc, mn], then each spread
     // over lanes 4b..4b+3.

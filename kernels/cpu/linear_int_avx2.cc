@@ -36,6 +36,7 @@
 
 #include "core/tensor/kquant.h"
 #include "kernels/cpu/dense_ops.h"
+#include "kernels/cpu/kquant_simd.h"
 #include "kernels/cpu/linear_int.h"
 #include "kernels/cpu/simd_reduce.h"
 
@@ -89,30 +90,6 @@ struct Q8_0A {
   }
 };
 
-// Q4_0 ([d f16][16 code bytes]; its codes taken as signed weights, code − 8)
-// and Q4_1 ([d f16][m f16][16 code bytes]; codes 0..15, the min added apart).
-template <size_t kBytes, bool kMin>
-struct Q4A {
-  static constexpr size_t kBlockBytes = kBytes;
-  static constexpr bool kHasMin = kMin;
-  struct State {};
-  TS_AVX2I static inline void Decode(const uint8_t* row, int b, State*, WBlock* o) {
-    const uint8_t* p = row + b * kBlockBytes;
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + (kMin ? 4 : 2)));
-    o->lo = Nibbles(c, 0);
-    o->hi = Nibbles(c, 4);
-    if constexpr (kMin) {
-      o->m = _mm256_set1_ps(F16At(p + 2));
-    } else {
-      o->lo = _mm256_sub_epi16(o->lo, _mm256_set1_epi16(8));
-      o->hi = _mm256_sub_epi16(o->hi, _mm256_set1_epi16(8));
-    }
-    o->d = _mm256_set1_ps(F16At(p));
-  }
-};
-using Q4_0A = Q4A<18, false>;
-using Q4_1A = Q4A<20, true>;
-
 // 16 bits of qh as int16 lanes: 16 where bit e is set, 0 elsewhere.
 TS_AVX2I inline __m256i FifthBits(uint32_t bits) {
   const __m256i sel = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096,
@@ -121,33 +98,43 @@ TS_AVX2I inline __m256i FifthBits(uint32_t bits) {
   return _mm256_and_si256(_mm256_cmpeq_epi16(v, sel), _mm256_set1_epi16(16));
 }
 
-// Q5_0 ([d f16][qh u32][16 code bytes]; codes taken as code − 16) and Q5_1
-// ([d f16][m f16][qh u32][16 code bytes]; codes 0..31, the min added apart):
-// Q4's nibbles with bit j of qh added as element j's fifth bit. A pair's lane
-// sums stay exact: at most 8 · 32767 · 31 < 2^24.
-template <size_t kBytes, bool kMin>
-struct Q5A {
+// Q4_0 ([d f16][16 code bytes]; its codes taken as signed weights, code − 8)
+// and Q4_1 ([d f16][m f16][16 code bytes]; codes 0..15, the min added apart);
+// with kFive, Q5_0 ([d f16][qh u32][16 code bytes]; code − 16) and Q5_1 ([d
+// f16][m f16][qh u32][16 code bytes]; codes 0..31): the same nibbles with
+// bit j of qh added as element j's fifth bit. A pair's lane sums stay exact:
+// at most 8 · 32767 · 31 < 2^24.
+template <size_t kBytes, bool kMin, bool kFive>
+struct QA {
   static constexpr size_t kBlockBytes = kBytes;
   static constexpr bool kHasMin = kMin;
   struct State {};
   TS_AVX2I static inline void Decode(const uint8_t* row, int b, State*, WBlock* o) {
     const uint8_t* p = row + b * kBlockBytes;
-    uint32_t qh;
-    std::memcpy(&qh, p + (kMin ? 4 : 2), 4);
-    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + (kMin ? 8 : 6)));
-    o->lo = _mm256_or_si256(Nibbles(c, 0), FifthBits(qh & 0xffff));
-    o->hi = _mm256_or_si256(Nibbles(c, 4), FifthBits(qh >> 16));
+    const int codes = (kMin ? 4 : 2) + (kFive ? 4 : 0);
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + codes));
+    o->lo = Nibbles(c, 0);
+    o->hi = Nibbles(c, 4);
+    if constexpr (kFive) {
+      uint32_t qh;
+      std::memcpy(&qh, p + codes - 4, 4);
+      o->lo = _mm256_or_si256(o->lo, FifthBits(qh & 0xffff));
+      o->hi = _mm256_or_si256(o->hi, FifthBits(qh >> 16));
+    }
     if constexpr (kMin) {
       o->m = _mm256_set1_ps(F16At(p + 2));
     } else {
-      o->lo = _mm256_sub_epi16(o->lo, _mm256_set1_epi16(16));
-      o->hi = _mm256_sub_epi16(o->hi, _mm256_set1_epi16(16));
+      const __m256i offset = _mm256_set1_epi16(kFive ? 16 : 8);
+      o->lo = _mm256_sub_epi16(o->lo, offset);
+      o->hi = _mm256_sub_epi16(o->hi, offset);
     }
     o->d = _mm256_set1_ps(F16At(p));
   }
 };
-using Q5_0A = Q5A<22, false>;
-using Q5_1A = Q5A<24, true>;
+using Q4_0A = QA<18, false, false>;
+using Q4_1A = QA<20, true, false>;
+using Q5_0A = QA<22, false, true>;
+using Q5_1A = QA<24, true, true>;
 
 // Q4_K: block b is sub-block j = b % 8 of the 144-byte block b / 8 ([d]
 // [dmin][12 scale bytes][128 code bytes]); its weights are d·sc_j·code −
@@ -156,7 +143,7 @@ using Q5_1A = Q5A<24, true>;
 // mins are unpacked when its sub-block 0 is reached.
 // Q5_K (kFive; [d][dmin][12 scale bytes][32 bytes qh][128 code bytes], 176
 // bytes): the same, with bit j of qh byte e added as the fifth bit (16) of
-// sub-block j's element e (codes 0..31: exact, as Q5A's).
+// sub-block j's element e (codes 0..31: exact, as Q5_0A's).
 template <bool kFive>
 struct KA {
   static constexpr size_t kSuperBytes = kFive ? 176 : 144;
@@ -169,13 +156,17 @@ struct KA {
     const uint8_t* blk = row + (b / 8) * kSuperBytes;
     const int j = b % 8;
     if (j == 0) {
-      const float d = F16At(blk), dmin = F16At(blk + 2);
-      for (int k = 0; k < 8; ++k) {
-        uint8_t sc, mn;
-        ScaleMinK4(k, blk + 4, &sc, &mn);
-        s->scale[k] = d * static_cast<float>(sc);
-        s->min[k] = -dmin * static_cast<float>(mn);
-      }
+      // d·sc_k and −dmin·mn_k for k = 0..7, the scales unpacked by byte
+      // shuffles (kquant_simd.h; ScaleMinK4 one pair at a time took about
+      // two thirds of a decode step's product).
+      const __m128i head = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk));
+      const __m128i sm = UnpackKScales(head);
+      const __m128 dd = _mm_cvtph_ps(head);  // d, dmin
+      const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm));
+      const __m256 mn = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(sm, 8)));
+      _mm256_storeu_ps(s->scale, _mm256_mul_ps(sc, _mm256_broadcastss_ps(dd)));
+      _mm256_storeu_ps(s->min, _mm256_mul_ps(mn, _mm256_broadcastss_ps(_mm_sub_ps(
+                                                     _mm_setzero_ps(), _mm_movehdup_ps(dd)))));
     }
     const uint8_t* codes = blk + (kFive ? 48 : 16) + 32 * (j / 2);
     const int shift = 4 * (j % 2);

@@ -474,6 +474,26 @@ TEST(GgufCheckpointTest, TensorsUnderHfNamesWithQkUnpermuted) {
   EXPECT_NE(cb.status().message().find("'blk.0.attn_q.bias'"), std::string::npos) << cb.status();
 }
 
+// A GGUF image's checkpoint as a "cpu:1:auto" backend keeps it (quantised
+// matrices as stored) and dequantised to f32.
+struct BothLoads {
+  std::unique_ptr<Backend> be;
+  std::unique_ptr<Checkpoint> kept, dequantised;
+};
+void LoadBothWays(const std::string& image, const LlamaConfig& config, BothLoads* out) {
+  auto f = ParseImage(image);
+  ASSERT_TRUE(f.ok()) << f.status();
+  auto be = CreateBackend("cpu:1:auto");
+  ASSERT_TRUE(be.ok()) << be.status();
+  out->be = std::move(*be);
+  auto kept = GgufCheckpoint(*f, config, DType::kF32, out->be.get());
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  out->kept = std::move(*kept);
+  auto dequantised = GgufCheckpoint(*f, config, DType::kF32);
+  ASSERT_TRUE(dequantised.ok()) << dequantised.status();
+  out->dequantised = std::move(*dequantised);
+}
+
 // Q4_K, Q5_K, Q6_K (and Q4_1, Q5_0) matrices stay quantised for a CPU backend that keeps them
 // ("cpu:1:auto"): the checkpoint holds the file's blocks, the Q rows
 // un-permuted as whole rows, and decodes to exactly what the dequantising
@@ -509,21 +529,15 @@ TEST(GgufCheckpointTest, QuantisedMatricesKeptWithQkUnpermuted) {
     qt.data = q;
     GgufBuilder b;
     b.AddTensor(qt);
-    auto f = ParseImage(b.Build());
-    ASSERT_TRUE(f.ok()) << f.status();
     LlamaConfig config;
     config.num_heads = 2;
     config.num_kv_heads = 1;
     config.head_dim = 4;
-    auto be = CreateBackend("cpu:1:auto");
-    ASSERT_TRUE(be.ok()) << be.status();
-    auto kept = GgufCheckpoint(*f, config, DType::kF32, be->get());
-    ASSERT_TRUE(kept.ok()) << kept.status();
-    auto dequantised = GgufCheckpoint(*f, config, DType::kF32);
-    ASSERT_TRUE(dequantised.ok()) << dequantised.status();
-    auto ki = (*kept)->Find("model.layers.0.self_attn.q_proj.weight", {D, K});
+    BothLoads loads;
+    ASSERT_NO_FATAL_FAILURE(LoadBothWays(b.Build(), config, &loads));
+    auto ki = loads.kept->Find("model.layers.0.self_attn.q_proj.weight", {D, K});
     ASSERT_TRUE(ki.ok()) << ki.status();
-    auto di = (*dequantised)->Find("model.layers.0.self_attn.q_proj.weight", {D, K});
+    auto di = loads.dequantised->Find("model.layers.0.self_attn.q_proj.weight", {D, K});
     ASSERT_TRUE(di.ok()) << di.status();
     EXPECT_EQ((*ki)->dtype, c.kept);
     EXPECT_EQ((*ki)->nbytes, q.size());
@@ -591,15 +605,8 @@ TEST(GgufCheckpointTest, MixedTypePartsFuseWithoutLoss) {
       t.data = data;
       b.AddTensor(t);
     }
-    auto f = ParseImage(b.Build());
-    ASSERT_TRUE(f.ok()) << f.status();
-    LlamaConfig config;
-    auto be = CreateBackend("cpu:1:auto");
-    ASSERT_TRUE(be.ok()) << be.status();
-    auto kept = GgufCheckpoint(*f, config, DType::kF32, be->get());
-    ASSERT_TRUE(kept.ok()) << kept.status();
-    auto dequantised = GgufCheckpoint(*f, config, DType::kF32);
-    ASSERT_TRUE(dequantised.ok()) << dequantised.status();
+    BothLoads loads;
+    ASSERT_NO_FATAL_FAILURE(LoadBothWays(b.Build(), LlamaConfig(), &loads));
     const char* hf[] = {"model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.up_proj.weight",
                         "model.layers.0.mlp.down_proj.weight"};
     std::vector<RowPart> parts;
@@ -608,14 +615,14 @@ TEST(GgufCheckpointTest, MixedTypePartsFuseWithoutLoss) {
       parts.push_back({hf[i], {c.parts[i].rows, K}, 0, c.parts[i].rows});
       rows += c.parts[i].rows;
     }
-    WeightLoader loader(kept->get(), be->get());
+    WeightLoader loader(loads.kept.get(), loads.be.get());
     auto fused = loader.LoadRows(parts);
     ASSERT_TRUE(fused.ok()) << fused.status();
     EXPECT_EQ(fused->dtype(), c.fused);
     std::vector<float> got(K);
     int64_t r = 0;
     for (size_t i = 0; i < c.parts.size(); ++i) {
-      auto di = (*dequantised)->Find(hf[i], {c.parts[i].rows, K});
+      auto di = loads.dequantised->Find(hf[i], {c.parts[i].rows, K});
       ASSERT_TRUE(di.ok()) << di.status();
       for (int64_t j = 0; j < c.parts[i].rows; ++j, ++r) {
         cpu::DecodeRow(fused->dtype(), fused->raw(), r, K, got.data());
