@@ -619,6 +619,7 @@ TEST(GgufCheckpointTest, MixedTypePartsFuseWithoutLoss) {
     auto fused = loader.LoadRows(parts);
     ASSERT_TRUE(fused.ok()) << fused.status();
     EXPECT_EQ(fused->dtype(), c.fused);
+    EXPECT_EQ(fused->dim(0), rows);
     std::vector<float> got(K);
     int64_t r = 0;
     for (size_t i = 0; i < c.parts.size(); ++i) {
