@@ -288,6 +288,20 @@ TS_VNNI inline __m512i TopBits(__m128i bytes, __m512i shift, int mask) {
   return _mm512_slli_epi16(_mm512_and_si512(v, _mm512_set1_epi8(static_cast<char>(mask))), 4);
 }
 
+// The 64 code bytes at `p` split into nibbles, and the 128-bit lanes of the
+// low nibbles (qwords 0..7) and high nibbles (8..15) arranged into *lo and
+// *hi by the qword orders `lo_order` / `hi_order` (vpermt2q): a K-quant half
+// block's codes into WGroup's layout.
+TS_VNNI inline void NibbleLanes(const uint8_t* p, __m512i lo_order, __m512i hi_order, __m512i* lo,
+                                __m512i* hi) {
+  const __m512i q = Window<false>(p, 64);
+  const __m512i mask = _mm512_set1_epi8(0x0f);
+  const __m512i low = _mm512_and_si512(q, mask);
+  const __m512i high = _mm512_and_si512(_mm512_srli_epi16(q, 4), mask);
+  *lo = _mm512_permutex2var_epi64(low, lo_order, high);
+  *hi = _mm512_permutex2var_epi64(low, hi_order, high);
+}
+
 // Q4_K: [d f16][dmin f16][12 bytes: eight 6-bit scale / min pairs][128 code
 // bytes] per 256 elements; a group (4 sub-blocks of 32) is half a block, and
 // the Tile's group index says which half (rows are whole blocks, so K is a
@@ -311,14 +325,10 @@ struct KG {
   TS_VNNI static inline void Decode(const uint8_t* g, int, int index, WGroup* o) {
     const int h = index & 1;
     const uint8_t* b = g - h * kGroupBytes;
-    const __m512i q = Window<false>(b + (kFive ? 48 : 16) + 64 * h, 64);
-    const __m512i mask = _mm512_set1_epi8(0x0f);
-    const __m512i low = _mm512_and_si512(q, mask);
-    const __m512i high = _mm512_and_si512(_mm512_srli_epi16(q, 4), mask);
-    o->lo = o->ulo =
-        _mm512_permutex2var_epi64(low, _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13), high);
-    o->hi = o->uhi =
-        _mm512_permutex2var_epi64(low, _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15), high);
+    NibbleLanes(b + (kFive ? 48 : 16) + 64 * h, _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13),
+                _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15), &o->lo, &o->hi);
+    o->ulo = o->lo;
+    o->uhi = o->hi;
     if constexpr (kFive) {
       // Lane b is sub-block 4h + b: its bit of qh bytes 0..15 (lo) / 16..31 (hi).
       const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16));
@@ -369,16 +379,11 @@ struct Q6_KG {
   TS_VNNI static inline void Decode(const uint8_t* g, int, int index, WGroup* o) {
     const int h = index & 1;
     const uint8_t* b = g - h * kGroupBytes;
-    const __m512i q = Window<false>(b + 64 * h, 64);
-    const __m512i mask = _mm512_set1_epi8(0x0f);
-    const __m512i low = _mm512_and_si512(q, mask);
-    const __m512i high = _mm512_and_si512(_mm512_srli_epi16(q, 4), mask);
-    // 128-bit lanes of low / high: ql bytes 0..15, 16..31, 32..47, 48..63;
-    // lane q of lo takes quarter q's elements 0..15, of hi its 16..31.
-    __m512i lo =
-        _mm512_permutex2var_epi64(low, _mm512_setr_epi64(0, 1, 4, 5, 8, 9, 12, 13), high);
-    __m512i hi =
-        _mm512_permutex2var_epi64(low, _mm512_setr_epi64(2, 3, 6, 7, 10, 11, 14, 15), high);
+    // The lanes of ql bytes 0..15, 16..31, 32..47, 48..63: lane q of lo
+    // takes quarter q's elements 0..15, of hi its 16..31.
+    __m512i lo, hi;
+    NibbleLanes(b + 64 * h, _mm512_setr_epi64(0, 1, 4, 5, 8, 9, 12, 13),
+                _mm512_setr_epi64(2, 3, 6, 7, 10, 11, 14, 15), &lo, &hi);
     // The top bits: qh bytes 0..15 (16..31) in every lane, lane q shifted
     // right by 2q.
     const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h));
