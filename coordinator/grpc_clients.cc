@@ -1,5 +1,6 @@
 #include "coordinator/clients.h"
 #include "rpc/status_convert.h"
+#include "rpc/step_stream.h"
 #include "rpc/trace_grpc.h"
 #include "treespec/v1/drafter.grpc.pb.h"
 #include "treespec/v1/worker.grpc.pb.h"
@@ -50,7 +51,11 @@ absl::StatusOr<Resp> Unary(std::chrono::milliseconds timeout, Call call) {
 class GrpcWorkerClient final : public WorkerClient {
  public:
   GrpcWorkerClient(std::string address, const TlsFiles& tls)
-      : address_(std::move(address)), stub_(v1::Worker::NewStub(MakeChannel(address_, tls))) {}
+      : address_(std::move(address)),
+        stub_(v1::Worker::NewStub(MakeChannel(address_, tls))),
+        verify_streams_([stub = stub_.get()](grpc::ClientContext* c, grpc::CompletionQueue* cq) {
+          return stub->PrepareAsyncVerifyStream(c, cq);
+        }) {}
   const std::string& address() const override { return address_; }
   absl::StatusOr<v1::WorkerOpenResponse> Open(const v1::WorkerOpenRequest& req,
                                               std::chrono::milliseconds t) override {
@@ -59,8 +64,10 @@ class GrpcWorkerClient final : public WorkerClient {
   }
   absl::StatusOr<v1::VerifyResponse> Verify(const v1::VerifyRequest& req,
                                             std::chrono::milliseconds t) override {
-    return Unary<v1::VerifyResponse>(
-        t, [&](grpc::ClientContext* c, v1::VerifyResponse* r) { return stub_->Verify(c, req, r); });
+    return verify_streams_.Call(req, t, [&] {
+      return Unary<v1::VerifyResponse>(
+          t, [&](grpc::ClientContext* c, v1::VerifyResponse* r) { return stub_->Verify(c, req, r); });
+    });
   }
   absl::Status Release(const v1::ReleaseRequest& req, std::chrono::milliseconds t) override {
     return Unary<v1::ReleaseResponse>(
@@ -78,6 +85,42 @@ class GrpcWorkerClient final : public WorkerClient {
  private:
   std::string address_;
   std::unique_ptr<v1::Worker::Stub> stub_;
+  StepStreamPool<v1::VerifyRequest, v1::VerifyResponse> verify_streams_;
+};
+
+using DraftStreams = StepStreamPool<v1::DraftRequest, v1::DraftResponse>;
+
+// A request on a step stream taken from the pool: sent from the calling
+// thread; Wait polls the stream's queue for the answer and gives the stream
+// back. Destroyed unwaited, it cancels the stream.
+class StreamPendingDraft final : public PendingDraft {
+ public:
+  StreamPendingDraft(DrafterClient* client, DraftStreams* pool, const v1::DraftRequest& req,
+                     std::chrono::milliseconds timeout)
+      : client_(client),
+        pool_(pool),
+        stream_(pool->Take()),
+        timeout_(timeout),
+        deadline_(std::chrono::system_clock::now() + timeout) {
+    stream_->Send(req);
+    req_ = req;
+  }
+  absl::StatusOr<v1::DraftResponse> Wait() override {
+    absl::StatusOr<v1::DraftResponse> out = stream_->Receive(deadline_);
+    const bool unimplemented = stream_->unimplemented();
+    pool_->Give(std::move(stream_));
+    // A server without the stream method: the unary call now.
+    if (unimplemented) return client_->Draft(req_, timeout_);
+    return out;
+  }
+
+ private:
+  DrafterClient* const client_;
+  DraftStreams* const pool_;
+  v1::DraftRequest req_;
+  const std::chrono::milliseconds timeout_;
+  std::unique_ptr<DraftStreams::Stream> stream_;
+  const std::chrono::system_clock::time_point deadline_;
 };
 
 // An async unary call on a completion queue of its own: sent from the
@@ -128,7 +171,11 @@ class GrpcPendingDraft final : public PendingDraft {
 class GrpcDrafterClient final : public DrafterClient {
  public:
   GrpcDrafterClient(std::string address, const TlsFiles& tls)
-      : address_(std::move(address)), stub_(v1::Drafter::NewStub(MakeChannel(address_, tls))) {}
+      : address_(std::move(address)),
+        stub_(v1::Drafter::NewStub(MakeChannel(address_, tls))),
+        draft_streams_([stub = stub_.get()](grpc::ClientContext* c, grpc::CompletionQueue* cq) {
+          return stub->PrepareAsyncDraftStream(c, cq);
+        }) {}
   const std::string& address() const override { return address_; }
   absl::StatusOr<v1::DrafterOpenResponse> Open(const v1::DrafterOpenRequest& req,
                                                std::chrono::milliseconds t) override {
@@ -138,11 +185,14 @@ class GrpcDrafterClient final : public DrafterClient {
   }
   absl::StatusOr<v1::DraftResponse> Draft(const v1::DraftRequest& req,
                                           std::chrono::milliseconds t) override {
-    return Unary<v1::DraftResponse>(
-        t, [&](grpc::ClientContext* c, v1::DraftResponse* r) { return stub_->Draft(c, req, r); });
+    return draft_streams_.Call(req, t, [&] {
+      return Unary<v1::DraftResponse>(
+          t, [&](grpc::ClientContext* c, v1::DraftResponse* r) { return stub_->Draft(c, req, r); });
+    });
   }
   std::unique_ptr<PendingDraft> StartDraft(const v1::DraftRequest& req,
                                            std::chrono::milliseconds t) override {
+    if (draft_streams_.supported()) return std::make_unique<StreamPendingDraft>(this, &draft_streams_, req, t);
     return std::make_unique<GrpcPendingDraft>(stub_.get(), req, t);
   }
   absl::Status Release(const v1::ReleaseDraftsRequest& req, std::chrono::milliseconds t) override {
@@ -162,6 +212,7 @@ class GrpcDrafterClient final : public DrafterClient {
  private:
   std::string address_;
   std::unique_ptr<v1::Drafter::Stub> stub_;
+  DraftStreams draft_streams_;
 };
 
 }  // namespace

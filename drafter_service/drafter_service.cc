@@ -146,6 +146,14 @@ grpc::Status DrafterService::Draft(grpc::ServerContext*, const v1::DraftRequest*
   return grpc::Status::OK;
 }
 
+grpc::Status DrafterService::DraftStream(
+    grpc::ServerContext* ctx, grpc::ServerReaderWriter<v1::DraftResponse, v1::DraftRequest>* stream) {
+  return streams_.Serve(ctx, stream, kDrafterDraftMethod,
+                        [&](const v1::DraftRequest* req, v1::DraftResponse* resp) {
+                          return Draft(ctx, req, resp);
+                        });
+}
+
 grpc::Status DrafterService::Release(grpc::ServerContext*, const v1::ReleaseDraftsRequest* req,
                                      v1::ReleaseDraftsResponse* resp) {
   std::vector<uint64_t> ids(req->sequence_ids().begin(), req->sequence_ids().end());

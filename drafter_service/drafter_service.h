@@ -6,11 +6,12 @@
 #include <string>
 
 #include "drafter_service/drafter.h"
+#include "rpc/step_stream.h"
 #include "treespec/v1/drafter.grpc.pb.h"
 
 namespace treespec {
 
-class DrafterService final : public v1::Drafter::Service {
+class DrafterService final : public v1::Drafter::Service, public StepStreamService {
  public:
   DrafterService(Drafter* drafter, std::string model) : drafter_(drafter), model_(std::move(model)) {}
 
@@ -31,12 +32,22 @@ class DrafterService final : public v1::Drafter::Service {
                     v1::DrafterOpenResponse* resp) override;
   grpc::Status Draft(grpc::ServerContext* ctx, const v1::DraftRequest* req,
                      v1::DraftResponse* resp) override;
+  grpc::Status DraftStream(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<v1::DraftResponse, v1::DraftRequest>* stream) override;
   grpc::Status Release(grpc::ServerContext* ctx, const v1::ReleaseDraftsRequest* req,
                        v1::ReleaseDraftsResponse* resp) override;
   grpc::Status GetDrafterInfo(grpc::ServerContext* ctx, const v1::GetDrafterInfoRequest* req,
                               v1::DrafterInfoResponse* resp) override;
 
+  void SetStreamCallRecorder(StreamCallRecorder recorder) override {
+    streams_.SetRecorder(std::move(recorder));
+  }
+  void CloseStreams() override { streams_.Close(); }
+  std::vector<std::string> StreamMethods() const override { return {kDrafterDraftStreamMethod}; }
+
  private:
+  StepStreamServer streams_;
   Drafter* drafter_;
   std::string model_;
   v1::DraftCostProfile draft_cost_;

@@ -4,6 +4,8 @@
 #include <utility>
 #include <vector>
 
+#include "rpc/step_stream.h"
+
 namespace treespec {
 
 void RegisterDrafterTelemetry(v1::Drafter::Service* service, ServiceObservability* obs) {
@@ -58,7 +60,7 @@ void RegisterDrafterTelemetry(v1::Drafter::Service* service, ServiceObservabilit
       "treespec_drafter_step_seconds",
       "Drafter step time: one batched Draft (tree construction) or Open (prompt) call",
       StepBuckets(), {"phase"});
-  obs->TimeMethod("/treespec.v1.Drafter/Draft", step->WithLabels({"draft"}));
+  obs->TimeMethod(kDrafterDraftMethod, step->WithLabels({"draft"}));
   obs->TimeMethod("/treespec.v1.Drafter/Open", step->WithLabels({"prefill"}));
   obs->Untraced("/treespec.v1.Drafter/GetDrafterInfo");
   obs->Untraced("/treespec.v1.Drafter/Release");

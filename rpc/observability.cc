@@ -169,7 +169,20 @@ void ServiceObservability::WatchHealth(std::function<bool()> is_broken) {
 }
 
 std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
-ServiceObservability::Interceptors(std::set<std::string> untraced) {
+ServiceObservability::Interceptors(std::set<std::string> untraced,
+                                   std::set<std::string> stream_methods) {
+  ServerTelemetryOptions t = TelemetryOptions(std::move(untraced));
+  t.skipped = std::move(stream_methods);
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> out;
+  out.push_back(MakeServerTelemetry(std::move(t)));
+  return out;
+}
+
+StreamCallRecorder ServiceObservability::StreamCalls(std::set<std::string> untraced) {
+  return MakeStreamCallTelemetry(TelemetryOptions(std::move(untraced)));
+}
+
+ServerTelemetryOptions ServiceObservability::TelemetryOptions(std::set<std::string> untraced) const {
   ServerTelemetryOptions t;
   t.rpc_seconds = rpc_seconds_;
   t.rpc_calls = rpc_calls_;
@@ -177,9 +190,7 @@ ServiceObservability::Interceptors(std::set<std::string> untraced) {
   t.tracer = tracer_.get();
   t.untraced = std::move(untraced);
   t.untraced.insert(untraced_.begin(), untraced_.end());
-  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> out;
-  out.push_back(MakeServerTelemetry(std::move(t)));
-  return out;
+  return t;
 }
 
 void ServiceObservability::SetServing(bool serving) {

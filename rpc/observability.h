@@ -42,6 +42,8 @@
 #include "obs/tracer.h"
 #include "core/util/cli_args.h"
 #include "rpc/health_port.h"
+#include "rpc/server_telemetry.h"
+#include "rpc/step_stream.h"
 
 namespace treespec {
 
@@ -79,9 +81,12 @@ class ServiceObservability {
   // when there is no health port. At most one watch.
   void WatchHealth(std::function<bool()> is_broken);
 
-  // For StartServer; `untraced` methods get metrics but no server span.
+  // For StartServer; `untraced` methods get metrics but no server span;
+  // `stream_methods` (step streams) are left to StreamCalls.
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
-  Interceptors(std::set<std::string> untraced = {});
+  Interceptors(std::set<std::string> untraced = {}, std::set<std::string> stream_methods = {});
+  // For StartServer: records each request on a step stream as its unary method.
+  StreamCallRecorder StreamCalls(std::set<std::string> untraced = {});
 
   void SetServing(bool serving);
   // Flushes traces (up to `flush_timeout`), stops the metrics and health
@@ -90,6 +95,7 @@ class ServiceObservability {
 
  private:
   ServiceObservability() = default;
+  ServerTelemetryOptions TelemetryOptions(std::set<std::string> untraced) const;
 
   ObservabilityOptions options_;
   MetricsRegistry registry_;

@@ -69,7 +69,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const
 absl::StatusOr<RunningServer> StartServer(
     const std::string& listen, const std::vector<grpc::Service*>& services, const TlsFiles& tls,
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
-        interceptors) {
+        interceptors,
+    StreamCallRecorder stream_calls) {
   if (absl::Status st = CheckHostPort("--listen", listen); !st.ok()) return st;
   if (absl::Status st = CheckTlsFiles(tls); !st.ok()) return st;
   grpc::EnableDefaultHealthCheckService(true);
@@ -81,9 +82,15 @@ absl::StatusOr<RunningServer> StartServer(
   builder.AddListeningPort(listen, *creds, &port);
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.SetMaxSendMessageSize(64 << 20);
-  for (grpc::Service* s : services) builder.RegisterService(s);
-  if (!interceptors.empty()) builder.experimental().SetInterceptorCreators(std::move(interceptors));
   RunningServer out;
+  for (grpc::Service* s : services) {
+    builder.RegisterService(s);
+    if (auto* streams = dynamic_cast<StepStreamService*>(s); streams != nullptr) {
+      streams->SetStreamCallRecorder(stream_calls);
+      out.stream_services.push_back(streams);
+    }
+  }
+  if (!interceptors.empty()) builder.experimental().SetInterceptorCreators(std::move(interceptors));
   out.server = builder.BuildAndStart();
   if (out.server == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("--listen: cannot listen on '", listen, "'"));
@@ -91,6 +98,22 @@ absl::StatusOr<RunningServer> StartServer(
   out.server->GetHealthCheckService()->SetServingStatus(true);
   out.address = absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
   return out;
+}
+
+std::set<std::string> StepStreamMethods(const std::vector<grpc::Service*>& services) {
+  std::set<std::string> out;
+  for (grpc::Service* s : services) {
+    if (auto* streams = dynamic_cast<StepStreamService*>(s); streams != nullptr) {
+      for (std::string& m : streams->StreamMethods()) out.insert(std::move(m));
+    }
+  }
+  return out;
+}
+
+void RunningServer::Shutdown(std::chrono::system_clock::time_point deadline) {
+  for (StepStreamService* s : stream_services) s->CloseStreams();
+  server->Shutdown(deadline);
+  server->Wait();
 }
 
 std::shared_ptr<grpc::ChannelCredentials> ClientCredentials(const TlsFiles& tls) {

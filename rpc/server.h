@@ -10,13 +10,16 @@
 // server against `ca` and present `cert` when given.
 #pragma once
 
+#include <chrono>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/support/server_interceptor.h"
+#include "rpc/step_stream.h"
 
 namespace treespec {
 
@@ -32,16 +35,27 @@ struct TlsFiles {
 struct RunningServer {
   std::unique_ptr<grpc::Server> server;
   std::string address;  // HOST:PORT actually bound
+  std::vector<StepStreamService*> stream_services;  // among the services
+
+  // Closes the step streams (rpc/step_stream.h), then shuts the server down:
+  // calls still running may finish until `deadline`. Then waits for it.
+  void Shutdown(std::chrono::system_clock::time_point deadline);
 };
 
 // Builds and starts a server for `services` on `listen`. The health service
 // reports SERVING for "" once started.
-// `interceptors` (rpc/observability.h) are installed on the server.
+// `interceptors` (rpc/observability.h) are installed on the server;
+// `stream_calls` records each request on a step stream (the services that are
+// StepStreamServices get it).
 absl::StatusOr<RunningServer> StartServer(
     const std::string& listen, const std::vector<grpc::Service*>& services,
     const TlsFiles& tls = {},
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
-        interceptors = {});
+        interceptors = {},
+    StreamCallRecorder stream_calls = {});
+
+// The full names of the step-stream methods among `services`.
+std::set<std::string> StepStreamMethods(const std::vector<grpc::Service*>& services);
 
 // INVALID_ARGUMENT naming the flags when a server's TLS files do not make
 // sense: a certificate without its key (or the reverse), or a CA (client

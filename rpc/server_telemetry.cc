@@ -15,6 +15,47 @@ std::string CodeName(grpc::StatusCode code) {
   return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
 }
 
+// One call's metrics and, when `traced`, its SERVER span.
+void RecordCall(const ServerTelemetryOptions& options, const std::string& method,
+                std::chrono::steady_clock::time_point start,
+                std::chrono::steady_clock::time_point end, int64_t start_unix_ns,
+                const grpc::Status& status, bool traced, const SpanContext& parent,
+                std::vector<SpanContext> links) {
+  const double seconds = std::chrono::duration<double>(end - start).count();
+  if (options.rpc_seconds != nullptr) {
+    options.rpc_seconds->WithLabels({method})->Observe(seconds);
+  }
+  if (options.rpc_calls != nullptr) {
+    options.rpc_calls->WithLabels({method, CodeName(status.error_code())})->Inc();
+  }
+  auto it = options.method_histograms.find(method);
+  if (it != options.method_histograms.end()) it->second->Observe(seconds);
+  if (!traced || options.tracer == nullptr) return;
+  SpanData span;
+  span.context = options.tracer->NewContext(parent);
+  if (!span.context.sampled()) return;
+  if (parent.valid()) span.parent_span_id = parent.span_id;
+  // "/pkg.Service/Method" -> "pkg.Service/Method" (OpenTelemetry's RPC span name).
+  span.name = method.substr(1);
+  span.kind = SpanKind::kServer;
+  span.start_unix_ns = start_unix_ns;
+  span.end_unix_ns =
+      start_unix_ns + std::chrono::duration_cast<std::chrono::nanoseconds>(end - start).count();
+  const size_t slash = method.rfind('/');
+  span.Add("rpc.system", std::string("grpc"));
+  span.Add("rpc.service", method.substr(1, slash - 1));
+  span.Add("rpc.method", method.substr(slash + 1));
+  span.Add("rpc.grpc.status_code", static_cast<int64_t>(status.error_code()));
+  span.links = std::move(links);
+  if (status.ok()) {
+    span.status = SpanStatus::kUnset;
+  } else {
+    span.status = SpanStatus::kError;
+    span.status_message = CodeName(status.error_code());
+  }
+  options.tracer->Record(std::move(span));
+}
+
 class TelemetryInterceptor final : public grpc::experimental::Interceptor {
  public:
   TelemetryInterceptor(const ServerTelemetryOptions* options,
@@ -45,43 +86,11 @@ class TelemetryInterceptor final : public grpc::experimental::Interceptor {
   }
 
   void Finish(const grpc::Status& status) {
-    const auto end = std::chrono::steady_clock::now();
-    const double seconds = std::chrono::duration<double>(end - start_).count();
-    if (options_->rpc_seconds != nullptr) {
-      options_->rpc_seconds->WithLabels({method_})->Observe(seconds);
-    }
-    if (options_->rpc_calls != nullptr) {
-      options_->rpc_calls->WithLabels({method_, CodeName(status.error_code())})->Inc();
-    }
-    auto it = options_->method_histograms.find(method_);
-    if (it != options_->method_histograms.end()) it->second->Observe(seconds);
-    if (!traced_ || options_->tracer == nullptr) return;
-    if (!have_context_ && info_->server_context() != nullptr) {
+    if (traced_ && !have_context_ && info_->server_context() != nullptr) {
       ReadContext(info_->server_context()->client_metadata());
     }
-    SpanData span;
-    span.context = options_->tracer->NewContext(parent_);
-    if (!span.context.sampled()) return;
-    if (parent_.valid()) span.parent_span_id = parent_.span_id;
-    // "/pkg.Service/Method" -> "pkg.Service/Method" (OpenTelemetry's RPC span name).
-    span.name = method_.substr(1);
-    span.kind = SpanKind::kServer;
-    span.start_unix_ns = start_unix_ns_;
-    span.end_unix_ns = start_unix_ns_ + std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                            end - start_).count();
-    const size_t slash = method_.rfind('/');
-    span.Add("rpc.system", std::string("grpc"));
-    span.Add("rpc.service", method_.substr(1, slash - 1));
-    span.Add("rpc.method", method_.substr(slash + 1));
-    span.Add("rpc.grpc.status_code", static_cast<int64_t>(status.error_code()));
-    span.links = std::move(links_);
-    if (status.ok()) {
-      span.status = SpanStatus::kUnset;
-    } else {
-      span.status = SpanStatus::kError;
-      span.status_message = CodeName(status.error_code());
-    }
-    options_->tracer->Record(std::move(span));
+    RecordCall(*options_, method_, start_, std::chrono::steady_clock::now(), start_unix_ns_, status,
+               traced_, parent_, std::move(links_));
   }
 
   const ServerTelemetryOptions* const options_;
@@ -102,7 +111,9 @@ class Factory final : public grpc::experimental::ServerInterceptorFactoryInterfa
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
     const char* method = info->method();
-    if (method == nullptr || absl::StartsWith(method, "/grpc.")) return nullptr;
+    if (method == nullptr || absl::StartsWith(method, "/grpc.") || options_.skipped.count(method)) {
+      return nullptr;
+    }
     const bool traced = options_.tracer != nullptr && !options_.untraced.count(method);
     return new TelemetryInterceptor(&options_, info, traced);
   }
@@ -112,6 +123,21 @@ class Factory final : public grpc::experimental::ServerInterceptorFactoryInterfa
 };
 
 }  // namespace
+
+StreamCallRecorder MakeStreamCallTelemetry(ServerTelemetryOptions options) {
+  return [options = std::move(options)](const StreamCall& call) {
+    const bool traced = options.tracer != nullptr && !options.untraced.count(call.method);
+    SpanContext parent;
+    std::vector<SpanContext> links;
+    if (traced && call.trace != nullptr) {
+      std::optional<SpanContext> p = ParseTraceparent(call.trace->traceparent());
+      if (p.has_value()) parent = *p;
+      links = ParseTraceLinks(call.trace->links());
+    }
+    RecordCall(options, call.method, call.start, call.end, call.start_unix_ns, call.status, traced,
+               parent, std::move(links));
+  };
+}
 
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> MakeServerTelemetry(
     ServerTelemetryOptions options) {

@@ -20,6 +20,7 @@
 #include "grpcpp/support/server_interceptor.h"
 #include "obs/metrics.h"
 #include "obs/tracer.h"
+#include "rpc/step_stream.h"
 
 namespace treespec {
 
@@ -31,9 +32,17 @@ struct ServerTelemetryOptions {
   std::map<std::string, Histogram*> method_histograms;
   Tracer* tracer = nullptr;  // null: no spans
   std::set<std::string> untraced;
+  // Methods the interceptor leaves alone: step streams, whose requests are
+  // recorded one by one as their unary method (MakeStreamCallTelemetry).
+  std::set<std::string> skipped;
 };
 
 std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> MakeServerTelemetry(
     ServerTelemetryOptions options);
+
+// Records each request on a step stream (rpc/step_stream.h) as the interceptor
+// records a unary call of StreamCall::method: metrics, and a SERVER span whose
+// parent and links come from the request's CallTrace.
+StreamCallRecorder MakeStreamCallTelemetry(ServerTelemetryOptions options);
 
 }  // namespace treespec

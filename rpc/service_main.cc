@@ -77,7 +77,8 @@ absl::StatusOr<RunningServer> StartServiceServer(const std::vector<grpc::Service
                                                  bool require_client_cert) {
   ServiceFlags f = GetServiceFlags();
   f.tls.require_client_cert = require_client_cert;
-  return StartServer(f.listen, services, f.tls, obs->Interceptors(std::move(untraced)));
+  return StartServer(f.listen, services, f.tls, obs->Interceptors(untraced, StepStreamMethods(services)),
+                     obs->StreamCalls(untraced));
 }
 
 int ServeUntilSignal(RunningServer* server, ServiceObservability* obs,
@@ -100,7 +101,7 @@ int ServeUntilSignal(RunningServer* server, ServiceObservability* obs,
       if (!drained.WaitForNotificationWithTimeout(absl::FromChrono(grace) - margin)) at_grace_end();
     });
   }
-  server->server->Shutdown(std::chrono::system_clock::now() + grace);
+  server->Shutdown(std::chrono::system_clock::now() + grace);
   drained.Notify();
   if (ender.joinable()) ender.join();
   if (after_drain) after_drain();

@@ -24,6 +24,15 @@ grpc::Status GroupGatedWorkerService::Verify(grpc::ServerContext* ctx,
   return Gate([&] { return inner_->Verify(ctx, req, resp); });
 }
 
+grpc::Status GroupGatedWorkerService::VerifyStream(
+    grpc::ServerContext* ctx,
+    grpc::ServerReaderWriter<v1::VerifyResponse, v1::VerifyRequest>* stream) {
+  return streams_.Serve(ctx, stream, kWorkerVerifyMethod,
+                        [&](const v1::VerifyRequest* req, v1::VerifyResponse* resp) {
+                          return Verify(ctx, req, resp);
+                        });
+}
+
 grpc::Status GroupGatedWorkerService::Release(grpc::ServerContext* ctx,
                                               const v1::ReleaseRequest* req,
                                               v1::ReleaseResponse* resp) {

@@ -13,7 +13,7 @@
 
 namespace treespec {
 
-class GroupGatedWorkerService final : public v1::Worker::Service {
+class GroupGatedWorkerService final : public v1::Worker::Service, public StepStreamService {
  public:
   // Neither is owned.
   GroupGatedWorkerService(WorkerService* inner, const GroupHealth* health)
@@ -23,12 +23,22 @@ class GroupGatedWorkerService final : public v1::Worker::Service {
                     v1::WorkerOpenResponse* resp) override;
   grpc::Status Verify(grpc::ServerContext* ctx, const v1::VerifyRequest* req,
                       v1::VerifyResponse* resp) override;
+  grpc::Status VerifyStream(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<v1::VerifyResponse, v1::VerifyRequest>* stream) override;
   grpc::Status Release(grpc::ServerContext* ctx, const v1::ReleaseRequest* req,
                        v1::ReleaseResponse* resp) override;
   grpc::Status GetWorkerInfo(grpc::ServerContext* ctx, const v1::GetWorkerInfoRequest* req,
                              v1::WorkerInfo* resp) override;
 
+  void SetStreamCallRecorder(StreamCallRecorder recorder) override {
+    streams_.SetRecorder(std::move(recorder));
+  }
+  void CloseStreams() override { streams_.Close(); }
+  std::vector<std::string> StreamMethods() const override { return inner_->StreamMethods(); }
+
  private:
+  StepStreamServer streams_;
   template <typename Call>
   grpc::Status Gate(Call&& call);
 

@@ -87,6 +87,19 @@ grpc::Status WorkerService::Verify(grpc::ServerContext*, const v1::VerifyRequest
   return grpc::Status::OK;
 }
 
+grpc::Status WorkerService::VerifyStream(
+    grpc::ServerContext* ctx,
+    grpc::ServerReaderWriter<v1::VerifyResponse, v1::VerifyRequest>* stream) {
+  return streams_.Serve(ctx, stream, kWorkerVerifyMethod,
+                        [&](const v1::VerifyRequest* req, v1::VerifyResponse* resp) {
+                          return Verify(ctx, req, resp);
+                        });
+}
+
+std::vector<std::string> WorkerService::StreamMethods() const {
+  return {kWorkerVerifyStreamMethod};
+}
+
 grpc::Status WorkerService::Release(grpc::ServerContext*, const v1::ReleaseRequest* req,
                                     v1::ReleaseResponse* resp) {
   std::vector<uint64_t> ids(req->sequence_ids().begin(), req->sequence_ids().end());

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "rpc/step_stream.h"
 #include "treespec/v1/worker.grpc.pb.h"
 #include "worker/target_runner.h"
 
@@ -17,7 +18,7 @@ struct WorkerIdentity {
   v1::VerifyCostProfile verify_cost;  // start-up profile (unset source: none)
 };
 
-class WorkerService final : public v1::Worker::Service {
+class WorkerService final : public v1::Worker::Service, public StepStreamService {
  public:
   WorkerService(TargetRunner* runner, WorkerIdentity identity)
       : runner_(runner), identity_(std::move(identity)) {}
@@ -26,12 +27,22 @@ class WorkerService final : public v1::Worker::Service {
                     v1::WorkerOpenResponse* resp) override;
   grpc::Status Verify(grpc::ServerContext* ctx, const v1::VerifyRequest* req,
                       v1::VerifyResponse* resp) override;
+  grpc::Status VerifyStream(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<v1::VerifyResponse, v1::VerifyRequest>* stream) override;
   grpc::Status Release(grpc::ServerContext* ctx, const v1::ReleaseRequest* req,
                        v1::ReleaseResponse* resp) override;
   grpc::Status GetWorkerInfo(grpc::ServerContext* ctx, const v1::GetWorkerInfoRequest* req,
                              v1::WorkerInfo* resp) override;
 
+  void SetStreamCallRecorder(StreamCallRecorder recorder) override {
+    streams_.SetRecorder(std::move(recorder));
+  }
+  void CloseStreams() override { streams_.Close(); }
+  std::vector<std::string> StreamMethods() const override;
+
  private:
+  StepStreamServer streams_;
   TargetRunner* runner_;
   WorkerIdentity identity_;
 };

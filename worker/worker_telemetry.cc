@@ -3,6 +3,8 @@
 #include <utility>
 #include <vector>
 
+#include "rpc/step_stream.h"
+
 namespace treespec {
 
 void RegisterWorkerTelemetry(v1::Worker::Service* service, ServiceObservability* obs) {
@@ -36,7 +38,7 @@ void RegisterWorkerTelemetry(v1::Worker::Service* service, ServiceObservability*
       "treespec_worker_step_seconds",
       "Worker step time: one batched Verify (tree forward + acceptance) or Open (prefill) call",
       StepBuckets(), {"phase"});
-  obs->TimeMethod("/treespec.v1.Worker/Verify", step->WithLabels({"verify"}));
+  obs->TimeMethod(kWorkerVerifyMethod, step->WithLabels({"verify"}));
   obs->TimeMethod("/treespec.v1.Worker/Open", step->WithLabels({"prefill"}));
   obs->Untraced("/treespec.v1.Worker/GetWorkerInfo");
   obs->Untraced("/treespec.v1.Worker/Release");

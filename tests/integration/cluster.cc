@@ -32,10 +32,9 @@ namespace {
 
 constexpr auto kShutdownGrace = std::chrono::milliseconds(500);
 
-void ShutdownServer(std::unique_ptr<grpc::Server>* server) {
+void ShutdownServer(std::unique_ptr<RunningServer>* server) {
   if (*server == nullptr) return;
   (*server)->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
-  (*server)->Wait();
   server->reset();
 }
 
@@ -108,8 +107,8 @@ absl::StatusOr<std::unique_ptr<InProcessWorker>> InProcessWorker::Start(
   }
   w->service_ = std::make_unique<WorkerService>(w->runner_.get(), id);
   TS_ASSIGN_OR_RETURN(RunningServer server, StartServer("127.0.0.1:0", {w->service_.get()}));
-  w->server_ = std::move(server.server);
   w->address_ = server.address;
+  w->server_ = std::make_unique<RunningServer>(std::move(server));
   return w;
 }
 
@@ -153,8 +152,8 @@ absl::StatusOr<std::unique_ptr<InProcessDrafter>> InProcessDrafter::Start(
     d->service_->SetStartupProfile(std::move(proto), drafter->Stats());
   }
   TS_ASSIGN_OR_RETURN(RunningServer server, StartServer("127.0.0.1:0", {d->service_.get()}));
-  d->server_ = std::move(server.server);
   d->address_ = server.address;
+  d->server_ = std::make_unique<RunningServer>(std::move(server));
   return d;
 }
 
@@ -196,8 +195,8 @@ absl::StatusOr<std::unique_ptr<InProcessCoordinator>> InProcessCoordinator::Star
   TS_RETURN_IF_ERROR(c->coordinator_->Start());
   c->service_ = std::make_unique<GenerationService>(c->coordinator_.get());
   TS_ASSIGN_OR_RETURN(RunningServer server, StartServer("127.0.0.1:0", {c->service_.get()}));
-  c->server_ = std::move(server.server);
   c->address_ = server.address;
+  c->server_ = std::make_unique<RunningServer>(std::move(server));
   return c;
 }
 

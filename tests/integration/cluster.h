@@ -39,6 +39,7 @@
 #include "drafter_service/drafter.h"
 #include "drafter_service/drafter_service.h"
 #include "grpcpp/grpcpp.h"
+#include "rpc/server.h"
 #include "treespec/v1/drafter.grpc.pb.h"
 #include "treespec/v1/generation.grpc.pb.h"
 #include "treespec/v1/worker.grpc.pb.h"
@@ -88,7 +89,7 @@ class InProcessWorker {
   std::unique_ptr<SequenceModel> model_;
   std::unique_ptr<TargetRunner> runner_;
   std::unique_ptr<WorkerService> service_;
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<RunningServer> server_;
   std::string address_;
 };
 
@@ -125,7 +126,7 @@ class InProcessDrafter {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Drafter> drafter_;
   std::unique_ptr<DrafterService> service_;
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<RunningServer> server_;
   std::string address_;
 };
 
@@ -156,7 +157,7 @@ class InProcessCoordinator {
   InProcessCoordinator() = default;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<GenerationService> service_;
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<RunningServer> server_;
   std::string address_;
 };
 
