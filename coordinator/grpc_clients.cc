@@ -99,18 +99,22 @@ class StreamPendingDraft final : public PendingDraft {
                      std::chrono::milliseconds timeout)
       : client_(client),
         pool_(pool),
-        stream_(pool->Take()),
         timeout_(timeout),
+        stream_(pool->Take()),
         deadline_(std::chrono::system_clock::now() + timeout) {
     stream_->Send(req);
-    req_ = req;
+    // Kept for the unary call while the server may not have the stream method.
+    if (!pool->confirmed()) {
+      req_ = req;
+      kept_ = true;
+    }
   }
   absl::StatusOr<v1::DraftResponse> Wait() override {
     absl::StatusOr<v1::DraftResponse> out = stream_->Receive(deadline_);
     const bool unimplemented = stream_->unimplemented();
     pool_->Give(std::move(stream_));
     // A server without the stream method: the unary call now.
-    if (unimplemented) return client_->Draft(req_, timeout_);
+    if (unimplemented && kept_) return client_->Draft(req_, timeout_);
     return out;
   }
 
@@ -118,6 +122,7 @@ class StreamPendingDraft final : public PendingDraft {
   DrafterClient* const client_;
   DraftStreams* const pool_;
   v1::DraftRequest req_;
+  bool kept_ = false;
   const std::chrono::milliseconds timeout_;
   std::unique_ptr<DraftStreams::Stream> stream_;
   const std::chrono::system_clock::time_point deadline_;

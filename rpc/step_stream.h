@@ -240,6 +240,7 @@ class ClientStepStream {
   }
 
   bool broken() const { return ended_; }
+  bool answered() const { return answered_ > 0; }
   // Whether the stream ended UNIMPLEMENTED before any answer: the server does
   // not know the stream method.
   bool unimplemented() const {
@@ -289,10 +290,15 @@ class StepStreamPool {
                           std::chrono::steady_clock::duration max_idle = std::chrono::seconds(10))
       : prepare_(std::move(prepare)), max_idle_(max_idle) {}
 
-  // Whether the server has the stream method (as far as is known).
+  // Whether the server has the stream method (as far as is known), and
+  // whether it is known to (a stream has answered).
   bool supported() const {
     absl::MutexLock lock(&mu_);
     return supported_;
+  }
+  bool confirmed() const {
+    absl::MutexLock lock(&mu_);
+    return confirmed_;
   }
   // The most recently used idle stream, or a new one. Streams idle for
   // longer than `max_idle` are closed instead: a connection idle that long
@@ -321,6 +327,7 @@ class StepStreamPool {
   void Give(std::unique_ptr<Stream> s) {
     absl::MutexLock lock(&mu_);
     if (s->unimplemented()) supported_ = false;
+    if (s->answered()) confirmed_ = true;
     if (!s->broken()) idle_.push_back({std::move(s), std::chrono::steady_clock::now()});
   }
 
@@ -347,6 +354,7 @@ class StepStreamPool {
   const std::chrono::steady_clock::duration max_idle_;
   mutable absl::Mutex mu_;
   bool supported_ ABSL_GUARDED_BY(mu_) = true;
+  bool confirmed_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<Idle> idle_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -250,10 +250,11 @@ TEST(StepStreamTest, AStreamIdleForLongerThanTheLimitIsReplaced) {
 
 // A drafter whose Draft answers each sequence with its step as the tree's
 // only token.
-class EchoDrafter final : public v1::Drafter::Service, public StepStreamService {
+class EchoDrafter : public v1::Drafter::Service {
  public:
   grpc::Status Draft(grpc::ServerContext*, const v1::DraftRequest* req,
                      v1::DraftResponse* resp) override {
+    ++handled;
     for (const v1::DraftSequence& s : req->sequences()) {
       if (s.sequence_id() == kSlow) std::this_thread::sleep_for(milliseconds(400));
       v1::DraftResult* r = resp->add_results();
@@ -263,6 +264,12 @@ class EchoDrafter final : public v1::Drafter::Service, public StepStreamService 
     }
     return grpc::Status::OK;
   }
+  std::atomic<int> handled{0};
+};
+
+// The same with the stream method.
+class StreamingEchoDrafter final : public EchoDrafter, public StepStreamService {
+ public:
   grpc::Status DraftStream(
       grpc::ServerContext* ctx,
       grpc::ServerReaderWriter<v1::DraftResponse, v1::DraftRequest>* stream) override {
@@ -293,7 +300,7 @@ v1::DraftRequest DraftOf(uint64_t id, uint64_t step) {
 }
 
 TEST(StepStreamTest, PendingDraftsUseStreamsAndAnUnwaitedOneIsCancelled) {
-  EchoDrafter service;
+  StreamingEchoDrafter service;
   absl::StatusOr<RunningServer> server = StartServer("127.0.0.1:0", {&service});
   ASSERT_TRUE(server.ok()) << server.status();
   std::unique_ptr<DrafterClient> client = MakeGrpcDrafterClient(server->address, {});
@@ -319,6 +326,26 @@ TEST(StepStreamTest, PendingDraftsUseStreamsAndAnUnwaitedOneIsCancelled) {
     ASSERT_TRUE(r.ok()) << r.status();
     EXPECT_EQ(r->results(0).tree().tokens(0), static_cast<int32_t>(step));
   }
+  server->Shutdown(std::chrono::system_clock::now() + milliseconds(500));
+}
+
+TEST(StepStreamTest, ADrafterWithoutTheStreamMethodGetsUnaryCalls) {
+  EchoDrafter service;  // DraftStream: the generated UNIMPLEMENTED
+  absl::StatusOr<RunningServer> server = StartServer("127.0.0.1:0", {&service});
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::unique_ptr<DrafterClient> client = MakeGrpcDrafterClient(server->address, {});
+  absl::StatusOr<v1::DraftResponse> first =
+      client->StartDraft(DraftOf(1, 3), milliseconds(5000))->Wait();
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->results(0).tree().tokens(0), 3);
+  absl::StatusOr<v1::DraftResponse> second = client->Draft(DraftOf(1, 4), milliseconds(5000));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->results(0).tree().tokens(0), 4);
+  absl::StatusOr<v1::DraftResponse> third =
+      client->StartDraft(DraftOf(1, 5), milliseconds(5000))->Wait();
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_EQ(third->results(0).tree().tokens(0), 5);
+  EXPECT_EQ(service.handled.load(), 3);
   server->Shutdown(std::chrono::system_clock::now() + milliseconds(500));
 }
 
