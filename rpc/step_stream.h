@@ -6,10 +6,10 @@
 // call costs its setup and teardown every time (initial metadata, trailers, a
 // new HTTP/2 stream, the server's call object and the interceptors). On the
 // 2-core VMs here an empty unary round trip on loopback took 96-115 us with
-// the async API and about 150 us through the sync stubs, against 52-62 us for
+// the async API and 150-220 us through the sync stubs, against 52-62 us for
 // a message each way on an open stream and 42 us for a bare socketpair
-// ping-pong (measured 2026-11-27; tools/bench/spec_bench prints the unary
-// floor and the per-step RPC time).
+// ping-pong (measured 2026-11-27; tools/bench/spec_bench prints both floors
+// and the per-step RPC time; docs/operations.md has the tables).
 //
 // Semantics match the unary call's, so that callers need not care which
 // carries their request:
