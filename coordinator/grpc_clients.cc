@@ -65,8 +65,9 @@ class GrpcWorkerClient final : public WorkerClient {
   absl::StatusOr<v1::VerifyResponse> Verify(const v1::VerifyRequest& req,
                                             std::chrono::milliseconds t) override {
     return verify_streams_.Call(req, t, [&] {
-      return Unary<v1::VerifyResponse>(
-          t, [&](grpc::ClientContext* c, v1::VerifyResponse* r) { return stub_->Verify(c, req, r); });
+      return Unary<v1::VerifyResponse>(t, [&](grpc::ClientContext* c, v1::VerifyResponse* r) {
+        return stub_->Verify(c, req, r);
+      });
     });
   }
   absl::Status Release(const v1::ReleaseRequest& req, std::chrono::milliseconds t) override {
@@ -197,7 +198,9 @@ class GrpcDrafterClient final : public DrafterClient {
   }
   std::unique_ptr<PendingDraft> StartDraft(const v1::DraftRequest& req,
                                            std::chrono::milliseconds t) override {
-    if (draft_streams_.supported()) return std::make_unique<StreamPendingDraft>(this, &draft_streams_, req, t);
+    if (draft_streams_.supported()) {
+      return std::make_unique<StreamPendingDraft>(this, &draft_streams_, req, t);
+    }
     return std::make_unique<GrpcPendingDraft>(stub_.get(), req, t);
   }
   absl::Status Release(const v1::ReleaseDraftsRequest& req, std::chrono::milliseconds t) override {

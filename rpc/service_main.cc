@@ -77,7 +77,8 @@ absl::StatusOr<RunningServer> StartServiceServer(const std::vector<grpc::Service
                                                  bool require_client_cert) {
   ServiceFlags f = GetServiceFlags();
   f.tls.require_client_cert = require_client_cert;
-  return StartServer(f.listen, services, f.tls, obs->Interceptors(untraced, StepStreamMethods(services)),
+  return StartServer(f.listen, services, f.tls,
+                     obs->Interceptors(untraced, StepStreamMethods(services)),
                      obs->StreamCalls(untraced));
 }
 
