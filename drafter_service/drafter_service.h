@@ -40,14 +40,9 @@ class DrafterService final : public v1::Drafter::Service, public StepStreamServi
   grpc::Status GetDrafterInfo(grpc::ServerContext* ctx, const v1::GetDrafterInfoRequest* req,
                               v1::DrafterInfoResponse* resp) override;
 
-  void SetStreamCallRecorder(StreamCallRecorder recorder) override {
-    streams_.SetRecorder(std::move(recorder));
-  }
-  void CloseStreams() override { streams_.Close(); }
   std::vector<std::string> StreamMethods() const override { return {kDrafterDraftStreamMethod}; }
 
  private:
-  StepStreamServer streams_;
   Drafter* drafter_;
   std::string model_;
   v1::DraftCostProfile draft_cost_;

@@ -1,14 +1,10 @@
 #include "rpc/step_stream.h"
 
-#include "obs/span.h"
-
 namespace treespec {
 
 grpc::Status StreamClosedStatus() {
   return grpc::Status(grpc::StatusCode::UNAVAILABLE, "server shutting down: step stream closed");
 }
-
-int64_t UnixNowNs() { return NowUnixNanos(); }
 
 bool StepStreamServer::Enter(grpc::ServerContext* ctx) {
   absl::MutexLock lock(&mu_);

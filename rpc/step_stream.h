@@ -51,6 +51,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/support/async_stream.h"
 #include "grpcpp/support/sync_stream.h"
+#include "obs/span.h"
 #include "rpc/status_convert.h"
 #include "rpc/trace_grpc.h"
 #include "treespec/v1/common.pb.h"
@@ -74,21 +75,6 @@ struct StreamCall {
   const v1::CallTrace* trace = nullptr;  // the request's
 };
 using StreamCallRecorder = std::function<void(const StreamCall&)>;
-
-// What a service with step streams implements; StartServer finds these among
-// its services, hands them the telemetry recorder and closes them on Shutdown.
-class StepStreamService {
- public:
-  virtual ~StepStreamService() = default;
-  // Before serving.
-  virtual void SetStreamCallRecorder(StreamCallRecorder recorder) = 0;
-  // Ends the open streams (idle ones now, busy ones after their answer) and
-  // refuses new ones. Thread-safe.
-  virtual void CloseStreams() = 0;
-  // The stream methods' full names: server-wide interceptors leave them alone
-  // (each request is recorded as its unary method instead).
-  virtual std::vector<std::string> StreamMethods() const = 0;
-};
 
 // The server side of a service's step streams. Thread-safe.
 class StepStreamServer {
@@ -119,8 +105,29 @@ class StepStreamServer {
   std::map<grpc::ServerContext*, bool> open_ ABSL_GUARDED_BY(mu_);  // -> busy
 };
 
+// A service with step streams derives from this as well as from its
+// generated Service and serves them with `streams_`; StartServer finds these
+// among its services, hands them the telemetry recorder and closes them on
+// Shutdown.
+class StepStreamService {
+ public:
+  virtual ~StepStreamService() = default;
+  // Before serving.
+  void SetStreamCallRecorder(StreamCallRecorder recorder) {
+    streams_.SetRecorder(std::move(recorder));
+  }
+  // Ends the open streams (idle ones now, busy ones after their answer) and
+  // refuses new ones. Thread-safe.
+  void CloseStreams() { streams_.Close(); }
+  // The stream methods' full names: server-wide interceptors leave them alone
+  // (each request is recorded as its unary method instead).
+  virtual std::vector<std::string> StreamMethods() const = 0;
+
+ protected:
+  StepStreamServer streams_;
+};
+
 grpc::Status StreamClosedStatus();
-int64_t UnixNowNs();
 
 template <typename Req, typename Resp, typename Handle>
 grpc::Status StepStreamServer::Serve(grpc::ServerContext* ctx,
@@ -136,7 +143,7 @@ grpc::Status StepStreamServer::Serve(grpc::ServerContext* ctx,
       break;
     }
     const auto start = std::chrono::steady_clock::now();
-    const int64_t start_unix_ns = UnixNowNs();
+    const int64_t start_unix_ns = NowUnixNanos();
     resp.Clear();
     grpc::Status st = handle(&req, &resp);
     Record(unary_method, start, start_unix_ns, st, req.trace());

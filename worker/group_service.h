@@ -31,14 +31,9 @@ class GroupGatedWorkerService final : public v1::Worker::Service, public StepStr
   grpc::Status GetWorkerInfo(grpc::ServerContext* ctx, const v1::GetWorkerInfoRequest* req,
                              v1::WorkerInfo* resp) override;
 
-  void SetStreamCallRecorder(StreamCallRecorder recorder) override {
-    streams_.SetRecorder(std::move(recorder));
-  }
-  void CloseStreams() override { streams_.Close(); }
   std::vector<std::string> StreamMethods() const override { return inner_->StreamMethods(); }
 
  private:
-  StepStreamServer streams_;
   template <typename Call>
   grpc::Status Gate(Call&& call);
 

@@ -35,14 +35,9 @@ class WorkerService final : public v1::Worker::Service, public StepStreamService
   grpc::Status GetWorkerInfo(grpc::ServerContext* ctx, const v1::GetWorkerInfoRequest* req,
                              v1::WorkerInfo* resp) override;
 
-  void SetStreamCallRecorder(StreamCallRecorder recorder) override {
-    streams_.SetRecorder(std::move(recorder));
-  }
-  void CloseStreams() override { streams_.Close(); }
   std::vector<std::string> StreamMethods() const override;
 
  private:
-  StepStreamServer streams_;
   TargetRunner* runner_;
   WorkerIdentity identity_;
 };

@@ -61,16 +61,9 @@ class StreamingEchoWorker final : public EchoWorker, public StepStreamService {
                             return Verify(ctx, req, resp);
                           });
   }
-  void SetStreamCallRecorder(StreamCallRecorder recorder) override {
-    streams_.SetRecorder(std::move(recorder));
-  }
-  void CloseStreams() override { streams_.Close(); }
   std::vector<std::string> StreamMethods() const override { return {kWorkerVerifyStreamMethod}; }
 
   std::atomic<int> streams{0}, on_stream{0};
-
- private:
-  StepStreamServer streams_;
 };
 
 v1::VerifyRequest Step(uint64_t id, uint64_t step) {
@@ -279,16 +272,9 @@ class StreamingEchoDrafter final : public EchoDrafter, public StepStreamService 
                             return Draft(ctx, req, resp);
                           });
   }
-  void SetStreamCallRecorder(StreamCallRecorder recorder) override {
-    streams_.SetRecorder(std::move(recorder));
-  }
-  void CloseStreams() override { streams_.Close(); }
   std::vector<std::string> StreamMethods() const override { return {kDrafterDraftStreamMethod}; }
 
   std::atomic<int> streams{0};
-
- private:
-  StepStreamServer streams_;
 };
 
 v1::DraftRequest DraftOf(uint64_t id, uint64_t step) {
