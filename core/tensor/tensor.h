@@ -31,9 +31,7 @@ class Tensor {
       : dtype_(dtype), device_(device), shape_(std::move(shape)),
         storage_(std::move(storage)), data_(data) {}
 
-  // Allocates zero-initialised host memory, 64-byte aligned; from 2 MiB up,
-  // 2 MiB aligned with huge pages advised and (outside the sanitizer builds)
-  // mapped on its own: committed page by page as it is first touched.
+  // Allocates zero-initialised host memory (64-byte aligned).
   static Tensor Host(DType dtype, Shape shape);
   // Wraps host memory owned by `keep_alive` (for example a memory-mapped file).
   static Tensor HostView(DType dtype, Shape shape, const void* data,
