@@ -18,8 +18,12 @@
 // concurrency's timed runs (--warmup).
 // With --rounds R every configuration runs R times, plain and speculative
 // interleaved (plain, drafter 1, drafter 2, plain, ...), and the table gives
-// the mean tokens/s and the median of the per-round speedups over the plain
-// run of the same round, which is robust to a noisy shared machine.
+// the mean tokens/s and the median of the per-round speedups over plain,
+// which is robust to a noisy shared machine. Each run's speedup is over the
+// plain rate interpolated at its place between its round's plain run and
+// the next one (one more plain run closes the last round): a shared
+// machine's speed drifts within a round, and a configuration run last in
+// it was otherwise compared with a plain rate measured several runs before.
 //
 //   build/bin/spec_bench [--target models/demo/target]
 //       [--drafters mamba=models/demo/mamba-drafter,transformer=models/demo/transformer-drafter,
@@ -67,7 +71,8 @@ ABSL_FLAG(std::string, bin, "build/bin", "Directory of treespec-worker and trees
 ABSL_FLAG(std::string, device, "cpu", "Worker and drafter backend");
 ABSL_FLAG(double, temperature, 0.0, "Sampling temperature (0: greedy)");
 ABSL_FLAG(bool, per_round, false,
-          "After each row, print every round's x plain (in round order) and tokens/s on stderr");
+          "After each row, print every round's x plain (in round order), with its tokens/s and the "
+          "interpolated plain rate it is compared with, on stderr");
 ABSL_FLAG(bool, warmup, true,
           "Before each concurrency's timed runs, run every configuration once, untimed, with "
           "16-token requests");
@@ -346,6 +351,21 @@ int Main() {
                               absl::GetFlag(FLAGS_requests_per_client)));
       }
     }
+    // The plain run that closes the last round (not in the plain row's means).
+    double closing = runs[0].back().tokens_per_s;
+    if (configs.size() > 1) {
+      closing = Run(coordinator->get(), "none", "", c, absl::GetFlag(FLAGS_max_tokens),
+                    absl::GetFlag(FLAGS_requests_per_client))
+                    .tokens_per_s;
+    }
+    // Plain's rate at configuration k's place in `round`: interpolated
+    // between the round's plain run (place 0) and the next round's (place
+    // configs.size()).
+    const auto plain_at = [&](size_t k, int round) {
+      const double a = runs[0][round].tokens_per_s;
+      const double b = round + 1 < rounds ? runs[0][round + 1].tokens_per_s : closing;
+      return a + (b - a) * static_cast<double>(k) / static_cast<double>(configs.size());
+    };
     for (size_t k = 0; k < configs.size(); ++k) {
       RunResult mean;
       std::vector<double> ratios;
@@ -366,14 +386,15 @@ int Main() {
         mean.batch += r.batch / rounds;
         mean.ttft_ms += r.ttft_ms / rounds;
         mean.total_ms += r.total_ms / rounds;
-        ratios.push_back(r.tokens_per_s / runs[0][round].tokens_per_s);
+        ratios.push_back(r.tokens_per_s / plain_at(k, round));
       }
       if (absl::GetFlag(FLAGS_per_round)) {
         std::string line;
         for (int round = 0; round < rounds; ++round) {
           absl::StrAppendFormat(&line, " %.2fx (%.0f vs %.0f)", ratios[round],
-                                runs[k][round].tokens_per_s, runs[0][round].tokens_per_s);
+                                runs[k][round].tokens_per_s, plain_at(k, round));
         }
+        if (k == 0 && configs.size() > 1) absl::StrAppendFormat(&line, ", closing plain %.0f", closing);
         std::fprintf(stderr, "%s c=%d rounds:%s\n", configs[k].first.c_str(), c, line.c_str());
       }
       std::sort(ratios.begin(), ratios.end());
