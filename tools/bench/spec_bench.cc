@@ -394,7 +394,9 @@ int Main() {
           absl::StrAppendFormat(&line, " %.2fx (%.0f vs %.0f)", ratios[round],
                                 runs[k][round].tokens_per_s, plain_at(k, round));
         }
-        if (k == 0 && configs.size() > 1) absl::StrAppendFormat(&line, ", closing plain %.0f", closing);
+        if (k == 0 && configs.size() > 1) {
+          absl::StrAppendFormat(&line, ", closing plain %.0f", closing);
+        }
         std::fprintf(stderr, "%s c=%d rounds:%s\n", configs[k].first.c_str(), c, line.c_str());
       }
       std::sort(ratios.begin(), ratios.end());
