@@ -74,12 +74,19 @@ inline constexpr size_t kWeightPrefetchBytes = 16 << 10;
 // linear_int.cc, linear_bf16.cc) takes over output columns [n0, n1) of a
 // product with T activation rows: weight rows in blocks of about 24 KiB,
 // which stay in L1 while every activation row passes over them; four
-// activation rows against two weight rows per tile, then against one; the
-// last T % 4 rows one weight row at a time (a single sequential stream reads
-// cold weights ~1.5x faster than several interleaved rows: decode, T = 1).
+// activation rows against kCols weight rows per tile (then two, then one for
+// the block's last columns); the last T % 4 rows one weight row at a time (a
+// single sequential stream reads cold weights ~1.5x faster than several
+// interleaved rows: decode, T = 1).
 // kRows = 8: eight activation rows per tile first (then four), for weight
 // types whose decoding costs as much as the products (the integer path's Q5
 // types and K-quants), so that a decoded group serves twice the rows.
+// kCols = 4: four weight rows against four activation rows, for kernels
+// whose tiles load both operands as full vectors (the f32-FMA path's f32 and
+// 16-bit weights): 8 loads per 16 FMAs where a 4 x 2 tile needs 6 per 8, and
+// GCC folds the activation loads of a 4 x 2 tile into the FMAs, loading each
+// twice. A Zen 4 core issues one 512-bit load a cycle, so that tile ran at
+// under half the FMA peak (linear_bench, f32, T = 13: 1.4-1.7x faster at 4).
 // tile(tr, nr, t, n) computes out rows [t, t + TR) x columns [n, n + NR),
 // TR and NR given as std::integral_constant, so that each kernel's generic
 // lambda (carrying the kernel's target attribute) instantiates its own
@@ -87,9 +94,10 @@ inline constexpr size_t kWeightPrefetchBytes = 16 << 10;
 // from a function with the kernel's target and __attribute__((flatten)), so
 // that the walk, the lambda and each tile become one function: with a call
 // per tile the integer path ran 8-16% slower (linear_bench, T = 1 and 64).
-template <int kRows = 4, class TileFn>
+template <int kRows = 4, int kCols = 2, class TileFn>
 inline void WalkColumns(size_t row_bytes, int T, int n0, int n1, const TileFn& tile) {
   static_assert(kRows == 4 || kRows == 8);
+  static_assert(kCols == 2 || kCols == 4);
   using Eight = std::integral_constant<int, 8>;
   using Four = std::integral_constant<int, 4>;
   using Two = std::integral_constant<int, 2>;
@@ -108,6 +116,9 @@ inline void WalkColumns(size_t row_bytes, int T, int n0, int n1, const TileFn& t
     }
     for (; t + 4 <= T; t += 4) {
       int n = nb;
+      if constexpr (kCols == 4) {
+        for (; n + 4 <= ne; n += 4) tile(Four{}, Four{}, t, n);
+      }
       for (; n + 2 <= ne; n += 2) tile(Four{}, Two{}, t, n);
       for (; n < ne; ++n) tile(Four{}, One{}, t, n);
     }

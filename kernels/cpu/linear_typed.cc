@@ -57,8 +57,10 @@ TS_AVX512 inline __m256i Load16x16(const uint16_t* p, __mmask16 m) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
 
+// kCols: weight rows per tile against four activation rows (WalkColumns).
 struct F32W {
   static constexpr size_t kChunkBytes = 128;
+  static constexpr int kCols = 4;
   template <bool kTail>
   TS_AVX512 static inline void Decode(const uint8_t* row, int k, const __mmask16* m, __m512* w) {
     const float* p = reinterpret_cast<const float*>(row) + k;
@@ -69,6 +71,7 @@ struct F32W {
 
 struct F16W {
   static constexpr size_t kChunkBytes = 64;
+  static constexpr int kCols = 4;
   template <bool kTail>
   TS_AVX512 static inline void Decode(const uint8_t* row, int k, const __mmask16* m, __m512* w) {
     const uint16_t* p = reinterpret_cast<const uint16_t*>(row) + k;
@@ -79,6 +82,7 @@ struct F16W {
 
 struct BF16W {
   static constexpr size_t kChunkBytes = 64;
+  static constexpr int kCols = 4;
   template <bool kTail>
   TS_AVX512 static inline void Decode(const uint8_t* row, int k, const __mmask16* m, __m512* w) {
     const uint16_t* p = reinterpret_cast<const uint16_t*>(row) + k;
@@ -97,6 +101,7 @@ TS_AVX512 inline float HalfAt(const uint8_t* p) {
 
 struct Q8_0W {
   static constexpr size_t kChunkBytes = 34;
+  static constexpr int kCols = 2;  // decoding needs the registers
   template <bool kTail>
   TS_AVX512 static inline void Decode(const uint8_t* row, int k, const __mmask16*, __m512* w) {
     const uint8_t* b = row + (k / 32) * 34;
@@ -110,6 +115,7 @@ struct Q8_0W {
 
 struct Q4_0W {
   static constexpr size_t kChunkBytes = 18;
+  static constexpr int kCols = 2;  // decoding needs the registers
   template <bool kTail>
   TS_AVX512 static inline void Decode(const uint8_t* row, int k, const __mmask16*, __m512* w) {
     const uint8_t* b = row + (k / 32) * 18;
@@ -125,6 +131,7 @@ struct Q4_0W {
 
 struct Q4_1W {
   static constexpr size_t kChunkBytes = 20;
+  static constexpr int kCols = 2;  // decoding needs the registers
   template <bool kTail>
   TS_AVX512 static inline void Decode(const uint8_t* row, int k, const __mmask16*, __m512* w) {
     const uint8_t* b = row + (k / 32) * 20;
@@ -143,6 +150,7 @@ struct Q4_1W {
 // kChunkBytes is the block's bytes per 32 elements (for the prefetch).
 struct Q4_KW {
   static constexpr size_t kChunkBytes = 18;
+  static constexpr int kCols = 2;  // decoding needs the registers
   template <bool kTail>
   TS_AVX512 static inline void Decode(const uint8_t* row, int k, const __mmask16*, __m512* w) {
     const uint8_t* b = row + (k / 256) * 144;
@@ -228,7 +236,7 @@ template <class W>
 TS_AVX512 __attribute__((flatten)) void Columns(
     const float* x, const uint8_t* w, size_t row_bytes, int T, int K, int N, int n0, int n1,
     float* out) {
-  WalkColumns(row_bytes, T, n0, n1, [&](auto tr, auto nr, int t, int n) TS_AVX512 {
+  WalkColumns<4, W::kCols>(row_bytes, T, n0, n1, [&](auto tr, auto nr, int t, int n) TS_AVX512 {
     Tile<W, tr, nr>(x + static_cast<int64_t>(t) * K, w + n * row_bytes, row_bytes, K, N,
                     out + static_cast<int64_t>(t) * N + n);
   });
