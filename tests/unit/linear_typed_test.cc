@@ -190,6 +190,13 @@ TEST(LinearTypedTest, Avx2PathMatchesDequantisedF32AndIsBatchInvariant) {
   CheckKernel(&cpu::LinearTypedAvx2, "avx2-f32fma");
 }
 
+// What LinearTyped picks for f32 weights on this CPU: the AVX-512 kernel, or
+// under TREESPEC_CPU_ISA=avx2 (the CpuIsa.avx2 run of this executable)
+// linear.cc's AVX2 kernel and its 4 x 3 tiles, or the portable loop.
+TEST(LinearTypedTest, DispatchedF32MatchesAndIsBatchInvariant) {
+  CheckKernel(&cpu::LinearTyped, "dispatched", false, {DType::kF32});
+}
+
 TEST(LinearTypedTest, PortablePathMatchesDequantisedF32AndIsBatchInvariant) {
   CheckKernel(&cpu::LinearTypedPortable, "portable");
 }

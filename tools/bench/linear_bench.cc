@@ -35,7 +35,8 @@ ABSL_FLAG(int32_t, pool_mib, 256, "Bytes of matrix copies cycled through");
 ABSL_FLAG(double, min_seconds, 0.3, "Time spent per cell");
 ABSL_FLAG(std::string, path, "auto",
           "auto (what LinearTyped picks on this CPU), avx2 (the paths of CPUs without AVX-512, "
-          "run here: quantised weights on the AVX2 integer path), avx2-f32 (every type "
+          "run here: f32 on linear.cc's kernel, quantised weights on the AVX2 integer path), "
+          "avx2-f32 (every type "
           "dequantised to f32, the AVX2 path for quantised weights before the integer one) or "
           "portable");
 
@@ -92,6 +93,9 @@ int Main() {
                   int threads) {
         if (cpu::LinearIntTakes(t)) {
           cpu::LinearIntAvx2(x, w, t, T, K, N, out, threads);
+        } else if (t == DType::kF32) {
+          // LinearTyped's f32 path on those CPUs (linear.cc).
+          cpu::Linear(x, static_cast<const float*>(w), T, K, N, out, threads);
         } else {
           cpu::LinearTypedAvx2(x, w, t, T, K, N, out, threads);
         }
