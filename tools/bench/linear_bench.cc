@@ -7,7 +7,7 @@
 //
 //   build/bin/linear_bench [--shapes 576x576,1536x576,576x1536,49152x576]
 //       [--types q4_1,q8_0,q4_k,f16] [--rows 1,64] [--threads 1,2]
-//       [--path auto|avx2|avx2-f32|portable]
+//       [--path auto|avx2|avx2-f32|f32fma|portable]
 //
 // A shape is NxK (output columns x input length); types whose blocks do not
 // divide K are skipped.
@@ -37,8 +37,9 @@ ABSL_FLAG(std::string, path, "auto",
           "auto (what LinearTyped picks on this CPU), avx2 (the paths of CPUs without AVX-512, "
           "run here: f32 on linear.cc's kernel, quantised weights on the AVX2 integer path), "
           "avx2-f32 (every type "
-          "dequantised to f32, the AVX2 path for quantised weights before the integer one) or "
-          "portable");
+          "dequantised to f32, the AVX2 path for quantised weights before the integer one), "
+          "f32fma (every type dequantised to f32 on AVX-512: what AVX-512 CPUs without BF16 or "
+          "VNNI run for bf16 and quantised weights) or portable");
 
 namespace treespec {
 namespace {
@@ -101,10 +102,17 @@ int Main() {
         }
       };
     }
+  } else if (path == "f32fma") {
+    if (!cpu::LinearTypedHasSimd(DType::kF32)) {
+      std::fprintf(stderr, "linear_bench: --path f32fma: this CPU has no AVX-512\n");
+      return 1;
+    }
+    kernel = &cpu::LinearTypedF32Fma;
   } else if (path == "portable") {
     kernel = &cpu::LinearTypedPortable;
   } else if (path != "auto") {
-    std::fprintf(stderr, "linear_bench: --path '%s' is not auto, avx2, avx2-f32 or portable\n",
+    std::fprintf(stderr,
+                 "linear_bench: --path '%s' is not auto, avx2, avx2-f32, f32fma or portable\n",
                  path.c_str());
     return 1;
   }
