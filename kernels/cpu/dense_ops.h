@@ -87,8 +87,8 @@ inline constexpr size_t kWeightPrefetchBytes = 16 << 10;
 // 16-bit weights): 8 loads per 16 FMAs where a 4 x 2 tile needs 6 per 8, and
 // GCC folds the activation loads of a 4 x 2 tile into the FMAs, loading each
 // twice. A Zen 4 core issues one 512-bit load a cycle, so that tile ran at
-// under half the FMA peak (linear_bench, f32, demo shapes from L3: 1.1-1.5x
-// faster with 4 at T = 13, 1.3-1.6x at 64).
+// under half the FMA peak (linear_bench, f32, demo shapes from L3: 1.0-1.4x
+// faster with 4 at T = 13, 1.25-1.6x at 64).
 // tile(tr, nr, t, n) computes out rows [t, t + TR) x columns [n, n + NR),
 // TR and NR given as std::integral_constant, so that each kernel's generic
 // lambda (carrying the kernel's target attribute) instantiates its own
