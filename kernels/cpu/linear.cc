@@ -10,8 +10,8 @@
 // 16 ymm registers) for prompts and trees; with 4 × 2 GCC folded each x load
 // into the FMAs, loading it twice, and the tile was load-bound (in L1 on a
 // Zen 4 core, 61 GFLOP/s against 4 × 3's 100; 1.1-2.0x at T = 13-64 with
-// weights from L3, linear_bench --path avx2). Decode takes 1 × 2. Weights are walked once, in blocks that stay in L1
-// while every row of x passes over them.
+// weights from L3, linear_bench --path avx2). Decode takes 1 × 2. Weights are
+// walked once, in blocks that stay in L1 while every row of x passes over them.
 #include <immintrin.h>
 
 #include <algorithm>
