@@ -146,7 +146,7 @@ absl::Status HybridModel::RunAttention(const Layer& w, const HostBatch& hb, Page
   const int64_t T = a->x.dim(0), l = w.index;
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   TS_RETURN_IF_ERROR(be->RmsNorm(a->x, w.ln1, static_cast<float>(config_.norm_eps), &a->h));
-  TS_RETURN_IF_ERROR(be->Linear(a->h, w.attn.w_qkv, &a->qkv));
+  TS_RETURN_IF_ERROR(be->LinearRowBlocks(a->h, w.attn.w_qkv, &a->qkv));
   if (c.qkv_bias) TS_RETURN_IF_ERROR(be->AddBias(&a->qkv, w.attn.b_qkv));
   TS_RETURN_IF_ERROR(be->QkvRope(a->qkv, a->pos, inv_freq_, *a->plan, &a->q, cache->k(l), cache->v(l)));
   TS_RETURN_IF_ERROR(be->Attention(a->q, *cache->k(l), *cache->v(l), *a->plan, scale, &a->att));
@@ -160,7 +160,7 @@ absl::Status HybridModel::RunMlp(const Layer& w, Activations* a) {
   Backend* be = backend_;
   const bool bias = config_.attn.mlp_bias;
   TS_RETURN_IF_ERROR(be->RmsNorm(a->x, w.ln2, static_cast<float>(config_.norm_eps), &a->h));
-  TS_RETURN_IF_ERROR(be->Linear(a->h, w.w_gate_up, &a->gu));
+  TS_RETURN_IF_ERROR(be->LinearRowBlocks(a->h, w.w_gate_up, &a->gu));
   if (bias) TS_RETURN_IF_ERROR(be->AddBias(&a->gu, w.b_gate_up));
   TS_RETURN_IF_ERROR(be->SiluMul(a->gu, &a->act));
   TS_RETURN_IF_ERROR(be->Linear(a->act, w.w_down, &a->h));

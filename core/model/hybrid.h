@@ -101,7 +101,8 @@ class HybridModel {
     Tensor in_proj, in_bias, conv_w, conv_b, A, dt_bias, D, norm, out_proj, out_bias;
   };
   struct Attention {
-    Tensor w_qkv, b_qkv, w_o, b_o;
+    RowBlocks w_qkv;  // q | k | v rows
+    Tensor b_qkv, w_o, b_o;
   };
   struct Layer {
     bool is_attention = false;
@@ -109,7 +110,8 @@ class HybridModel {
     Tensor ln1, ln2;    // input norm; pre-MLP norm (has_mlp)
     Mixer mixer;
     Attention attn;
-    Tensor w_gate_up, b_gate_up, w_down, b_down;  // has_mlp
+    RowBlocks w_gate_up;  // gate | up rows; has_mlp
+    Tensor b_gate_up, w_down, b_down;
   };
   struct HostBatch;
   struct Activations;

@@ -208,9 +208,10 @@ absl::Status HybridModel::LoadAttention(int64_t i, WeightLoader* loader, Layer* 
   const int64_t k0 = rank_ * kv_heads_ * Dh, k1 = k0 + kv_heads_ * Dh;
   auto name = [&](const char* s) { return Name(i, (std::string("self_attn.") + s).c_str()); };
   Attention& a = layer->attn;
-  TS_ASSIGN_OR_RETURN(a.w_qkv, loader->LoadRows({{name("q_proj.weight"), {H * Dh, D}, q0, q1},
-                                                 {name("k_proj.weight"), {Hkv * Dh, D}, k0, k1},
-                                                 {name("v_proj.weight"), {Hkv * Dh, D}, k0, k1}}));
+  TS_ASSIGN_OR_RETURN(a.w_qkv,
+                      loader->LoadRowBlocks({{name("q_proj.weight"), {H * Dh, D}, q0, q1},
+                                             {name("k_proj.weight"), {Hkv * Dh, D}, k0, k1},
+                                             {name("v_proj.weight"), {Hkv * Dh, D}, k0, k1}}));
   TS_ASSIGN_OR_RETURN(a.w_o, loader->LoadCols(name("o_proj.weight"), {D, H * Dh}, q0, q1));
   if (c.qkv_bias) {
     TS_ASSIGN_OR_RETURN(a.b_qkv, loader->LoadRows({{name("q_proj.bias"), {H * Dh}, q0, q1},
@@ -230,8 +231,8 @@ absl::Status HybridModel::LoadMlp(int64_t i, WeightLoader* loader, Layer* layer)
   auto name = [&](const char* s) { return Name(i, (std::string("feed_forward.") + s).c_str()); };
   TS_ASSIGN_OR_RETURN(layer->ln2, loader->LoadNorm(Name(i, "pre_ff_layernorm.weight"), {D}));
   TS_ASSIGN_OR_RETURN(layer->w_gate_up,
-                      loader->LoadRows({{name("gate_proj.weight"), {F, D}, f0, f1},
-                                        {name("up_proj.weight"), {F, D}, f0, f1}}));
+                      loader->LoadRowBlocks({{name("gate_proj.weight"), {F, D}, f0, f1},
+                                             {name("up_proj.weight"), {F, D}, f0, f1}}));
   TS_ASSIGN_OR_RETURN(layer->w_down, loader->LoadCols(name("down_proj.weight"), {D, F}, f0, f1));
   if (c.mlp_bias) {
     TS_ASSIGN_OR_RETURN(layer->b_gate_up, loader->LoadRows({{name("gate_proj.bias"), {F}, f0, f1},

@@ -77,16 +77,17 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(const LlamaConfig
     TS_ASSIGN_OR_RETURN(layer.ln2, loader->LoadNorm(L(i, "post_attention_layernorm.weight"), {D}));
     const int64_t q0 = r * m->heads_ * Dh, q1 = (r + 1) * m->heads_ * Dh;
     const int64_t k0 = r * m->kv_heads_ * Dh, k1 = (r + 1) * m->kv_heads_ * Dh;
-    TS_ASSIGN_OR_RETURN(layer.w_qkv,
-                        loader->LoadRows({{L(i, "self_attn.q_proj.weight"), {H * Dh, D}, q0, q1},
-                                          {L(i, "self_attn.k_proj.weight"), {Hkv * Dh, D}, k0, k1},
-                                          {L(i, "self_attn.v_proj.weight"), {Hkv * Dh, D}, k0, k1}}));
+    TS_ASSIGN_OR_RETURN(
+        layer.w_qkv,
+        loader->LoadRowBlocks({{L(i, "self_attn.q_proj.weight"), {H * Dh, D}, q0, q1},
+                               {L(i, "self_attn.k_proj.weight"), {Hkv * Dh, D}, k0, k1},
+                               {L(i, "self_attn.v_proj.weight"), {Hkv * Dh, D}, k0, k1}}));
     TS_ASSIGN_OR_RETURN(layer.w_o,
                         loader->LoadCols(L(i, "self_attn.o_proj.weight"), {D, H * Dh}, q0, q1));
     const int64_t f0 = r * m->ffn_, f1 = (r + 1) * m->ffn_;
     TS_ASSIGN_OR_RETURN(layer.w_gate_up,
-                        loader->LoadRows({{L(i, "mlp.gate_proj.weight"), {F, D}, f0, f1},
-                                          {L(i, "mlp.up_proj.weight"), {F, D}, f0, f1}}));
+                        loader->LoadRowBlocks({{L(i, "mlp.gate_proj.weight"), {F, D}, f0, f1},
+                                               {L(i, "mlp.up_proj.weight"), {F, D}, f0, f1}}));
     TS_ASSIGN_OR_RETURN(layer.w_down, loader->LoadCols(L(i, "mlp.down_proj.weight"), {D, F}, f0, f1));
     if (config.qkv_bias) {
       TS_ASSIGN_OR_RETURN(layer.b_qkv,
@@ -237,7 +238,7 @@ absl::Status LlamaModel::RunLayer(size_t l, const Tensor& pos, const AttentionPl
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const bool tp = shard_.size > 1;
   TS_RETURN_IF_ERROR(be->RmsNorm(a->x, w.ln1, eps, &a->h));
-  TS_RETURN_IF_ERROR(be->Linear(a->h, w.w_qkv, &a->qkv));
+  TS_RETURN_IF_ERROR(be->LinearRowBlocks(a->h, w.w_qkv, &a->qkv));
   if (config_.qkv_bias) TS_RETURN_IF_ERROR(be->AddBias(&a->qkv, w.b_qkv));
   if (config_.qk_norm) {
     TS_RETURN_IF_ERROR(be->HeadRmsNorm(&a->qkv, w.q_norm, 0, heads_, eps));
@@ -251,7 +252,7 @@ absl::Status LlamaModel::RunLayer(size_t l, const Tensor& pos, const AttentionPl
   if (config_.o_bias) TS_RETURN_IF_ERROR(be->AddBias(&a->h, w.b_o));
   TS_RETURN_IF_ERROR(be->Add(a->x, a->h, &a->x));
   TS_RETURN_IF_ERROR(be->RmsNorm(a->x, w.ln2, eps, &a->h));
-  TS_RETURN_IF_ERROR(be->Linear(a->h, w.w_gate_up, &a->gu));
+  TS_RETURN_IF_ERROR(be->LinearRowBlocks(a->h, w.w_gate_up, &a->gu));
   if (config_.mlp_bias) TS_RETURN_IF_ERROR(be->AddBias(&a->gu, w.b_gate_up));
   TS_RETURN_IF_ERROR(be->SiluMul(a->gu, &a->act));
   TS_RETURN_IF_ERROR(be->Linear(a->act, w.w_down, &a->h));

@@ -62,7 +62,8 @@ class LlamaModel {
 
  private:
   struct Layer {
-    Tensor ln1, w_qkv, w_o, ln2, w_gate_up, w_down;
+    Tensor ln1, w_o, ln2, w_down;
+    RowBlocks w_qkv, w_gate_up;  // q | k | v and gate | up rows
     Tensor b_qkv, b_o, b_gate_up, b_down;  // empty when the config has no such bias
     Tensor q_norm, k_norm;                 // [head_dim], Qwen3 only
   };

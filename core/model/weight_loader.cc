@@ -84,6 +84,35 @@ absl::StatusOr<Tensor> WeightLoader::LoadRows(const std::vector<RowPart>& parts)
   return t;
 }
 
+absl::StatusOr<RowBlocks> WeightLoader::LoadRowBlocks(const std::vector<RowPart>& parts) {
+  bool split = false;
+  if (!is_random() && parts.size() > 1 && parts[0].shape.size() == 2 &&
+      backend_->TakesMixedRowBlocks()) {
+    std::vector<DType> kept;
+    DType fused = DType::kF32;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      TS_ASSIGN_OR_RETURN(const TensorInfo* info, checkpoint_->Find(parts[i].name, parts[i].shape));
+      kept.push_back(TargetDType(info->dtype, 2));
+      fused = i == 0 ? kept[0] : backend_->FusedWeightDType(fused, kept[i]);
+    }
+    const DType widened = backend_->WeightDType(DType::kF32);
+    for (DType d : kept) split |= fused == widened && d != widened;
+  }
+  if (!split) {
+    TS_ASSIGN_OR_RETURN(Tensor t, LoadRows(parts));
+    return RowBlocks{std::move(t)};
+  }
+  RowBlocks blocks;
+  for (const RowPart& p : parts) {
+    // A whole tensor may alias the mapped file (Load); a slice is copied.
+    absl::StatusOr<Tensor> t =
+        p.r0 == 0 && p.r1 == p.shape[0] ? Load(p.name, p.shape) : LoadRows({p});
+    if (!t.ok()) return t.status();
+    blocks.push_back(*std::move(t));
+  }
+  return blocks;
+}
+
 absl::StatusOr<Tensor> WeightLoader::LoadCols(const std::string& name, const Shape& shape,
                                               int64_t c0, int64_t c1) {
   if (c0 == 0 && c1 == shape[1]) return Load(name, shape);

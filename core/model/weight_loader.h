@@ -45,6 +45,11 @@ class WeightLoader {
   absl::StatusOr<Tensor> LoadNorm(const std::string& name, const Shape& shape);
   // Row slices of several [*, K] tensors, concatenated along rows.
   absl::StatusOr<Tensor> LoadRows(const std::vector<RowPart>& parts);
+  // The same rows as LoadRows, as the blocks Backend::LinearRowBlocks takes:
+  // one fused tensor, or, on a backend that TakesMixedRowBlocks, one block per
+  // part (each kept as stored) where the parts' kept dtypes join only by
+  // widening to f32 (Backend::FusedWeightDType).
+  absl::StatusOr<RowBlocks> LoadRowBlocks(const std::vector<RowPart>& parts);
   // Columns [c0, c1) of a [N, K] tensor.
   absl::StatusOr<Tensor> LoadCols(const std::string& name, const Shape& shape, int64_t c0,
                                   int64_t c1);

@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "core/tensor/attention_batch.h"
 #include "core/tensor/ssm_tree_batch.h"
 #include "core/tensor/tensor.h"
@@ -50,6 +51,10 @@ struct SsmScanParams {
   float dt_min = 0.0f;
   float dt_max = std::numeric_limits<float>::infinity();
 };
+
+// A weight matrix stored as row blocks [N_i, K] (Backend::LinearRowBlocks):
+// one tensor unless its parts are kept in different dtypes.
+using RowBlocks = std::vector<Tensor>;
 
 // Device memory held by a backend's live tensors (Alloc and the backend's own
 // scratch), and the most held at once since ResetPeakMemory. Memory that a
@@ -108,6 +113,12 @@ class Backend {
   virtual DType FusedWeightDType(DType a, DType b) const {
     return a == b ? a : WeightDType(DType::kF32);
   }
+  // Whether LinearRowBlocks takes a matrix as row blocks of different weight
+  // dtypes. Where it does, WeightLoader::LoadRowBlocks keeps a fused matrix
+  // whose parts FusedWeightDType could join only by widening to f32 (a GGUF
+  // Q4_K_M stores q and k as Q4_K and v as Q6_K in half the layers) as one
+  // block per part, each as stored.
+  virtual bool TakesMixedRowBlocks() const { return false; }
   // True when a host buffer of `dtype` can be used in place as a weight (no copy).
   virtual bool CanAliasHost(DType dtype) const { return false; }
   // The stream every op of this backend is enqueued on, as an opaque handle
@@ -124,6 +135,14 @@ class Backend {
   virtual absl::Status RmsNorm(const Tensor& x, const Tensor& w, float eps, Tensor* out) = 0;
   // in: x [T, K], w [N, K] (activation dtype or WeightDType); out: out [T, N] = x · wᵀ.
   virtual absl::Status Linear(const Tensor& x, const Tensor& w, Tensor* out) = 0;
+  // in: x [T, K], w: row blocks w_i [N_i, K], each in its own weight dtype;
+  // out: out [T, N_0 + N_1 + ...] = x · [w_0; w_1; ...]ᵀ. One block is Linear;
+  // several need TakesMixedRowBlocks().
+  virtual absl::Status LinearRowBlocks(const Tensor& x, const RowBlocks& w, Tensor* out) {
+    if (w.size() == 1) return Linear(x, w[0], out);
+    return absl::UnimplementedError(absl::StrCat(name(), " backend: a matrix of ", w.size(),
+                                                 " row blocks (LinearRowBlocks)"));
+  }
   // in: a, b [same shape]; out: out = a + b. out may alias a or b.
   virtual absl::Status Add(const Tensor& a, const Tensor& b, Tensor* out) = 0;
   // in: gu [T, 2F] (gate | up); out: out [T, F] = silu(gate) * up.

@@ -101,6 +101,7 @@ class CpuBackend final : public Backend {
     if (cpu::ConvertsToQ8_0(a) && cpu::ConvertsToQ8_0(b)) return DType::kQ8_0;
     return WeightDType(DType::kF32);
   }
+  bool TakesMixedRowBlocks() const override { return true; }
   bool CanAliasHost(DType dtype) const override { return IsCpuWeight(dtype); }
 
   absl::StatusOr<Tensor> Alloc(DType dtype, Shape shape) override {
@@ -242,6 +243,62 @@ class CpuBackend final : public Backend {
     }
     cpu::LinearTyped(x.data<float>(), w.raw(), w.dtype(), static_cast<int>(x.dim(0)), K, N,
                      out->data<float>(), threads_);
+    return absl::OkStatus();
+  }
+
+  // Each block's columns are LinearTyped products of their own, so results
+  // stay independent of T (and of the threads) as Linear's are. One row (a
+  // decode step) is one parallel pass over all blocks' columns, written in
+  // place; more rows take a product per block through a scratch [T, N_i].
+  absl::Status LinearRowBlocks(const Tensor& x, const RowBlocks& w, Tensor* out) override {
+    if (w.size() == 1) return Linear(x, w[0], out);
+    TS_RETURN_IF_ERROR(CheckF32(x, "linear input"));
+    const int64_t T = x.dim(0), K = RowSize(x);
+    int64_t N = 0, widest = 0;
+    for (const Tensor& b : w) {
+      TS_RETURN_IF_ERROR(CheckWeight(b, "linear weight block"));
+      if (b.rank() != 2 || b.dim(1) != K) {
+        return absl::InvalidArgumentError(absl::StrCat("cpu backend: linear x ", x.DebugString(),
+                                                       " against weight block ",
+                                                       b.DebugString()));
+      }
+      N += b.dim(0);
+      widest = std::max(widest, b.dim(0));
+    }
+    if (w.empty() || RowSize(*out) != N || out->dim(0) != T) {
+      return absl::InvalidArgumentError(absl::StrCat("cpu backend: linear x ", x.DebugString(),
+                                                     " over ", w.size(), " row blocks of ", N,
+                                                     " rows, out ", out->DebugString()));
+    }
+    float* o = out->data<float>();
+    if (T == 1) {
+      cpu::ColumnChunks(1, static_cast<int>(K), static_cast<int>(N), threads_, [&](int n0, int n1) {
+        int64_t at = 0;
+        for (const Tensor& b : w) {
+          const int64_t lo = std::max<int64_t>(n0, at), hi = std::min<int64_t>(n1, at + b.dim(0));
+          if (lo < hi) {
+            const auto* rows =
+                static_cast<const uint8_t*>(b.raw()) + DTypeBytes(b.dtype(), (lo - at) * K);
+            cpu::LinearTyped(x.data<float>(), rows, b.dtype(), 1, static_cast<int>(K),
+                             static_cast<int>(hi - lo), o + lo, 1);
+          }
+          at += b.dim(0);
+        }
+      });
+      return absl::OkStatus();
+    }
+    thread_local std::vector<float> scratch;
+    scratch.resize(static_cast<size_t>(T * widest));
+    int64_t at = 0;
+    for (const Tensor& b : w) {
+      const int64_t n = b.dim(0);
+      cpu::LinearTyped(x.data<float>(), b.raw(), b.dtype(), static_cast<int>(T),
+                       static_cast<int>(K), static_cast<int>(n), scratch.data(), threads_);
+      for (int64_t t = 0; t < T; ++t) {
+        std::memcpy(o + t * N + at, scratch.data() + t * n, static_cast<size_t>(n) * sizeof(float));
+      }
+      at += n;
+    }
     return absl::OkStatus();
   }
 

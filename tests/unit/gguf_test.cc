@@ -14,11 +14,13 @@
 
 #include "core/model/gguf_dequant.h"
 #include "core/model/gguf_model.h"
+#include "core/model/llama.h"
 #include "core/model/weight_loader.h"
 #include "core/tensor/backend.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/quant_blocks.h"
 #include "tests/testing/gguf_builder.h"
+#include "tests/testing/test_util.h"
 
 namespace treespec {
 namespace {
@@ -633,6 +635,330 @@ TEST(GgufCheckpointTest, MixedTypePartsFuseWithoutLoss) {
       }
     }
   }
+}
+
+// Random blocks of `type` for `rows` x `K` weights, with finite f16 scales
+// (high byte `scale_hi`: 0x1c is about 0.004, 0x10 about 0.0005).
+std::string RandomBlocks(DType type, int64_t rows, int64_t K, std::mt19937* rng,
+                         char scale_hi = 0x1c) {
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::string data(DTypeBytes(type, rows * K), '\0');
+  for (char& ch : data) ch = static_cast<char>(byte(*rng));
+  std::vector<int> halves;  // byte offsets of a block's f16 scales
+  switch (type) {
+    case DType::kQ4_1: case DType::kQ5_1: case DType::kQ4_K: case DType::kQ5_K:
+      halves = {0, 2};
+      break;
+    case DType::kQ6_K:
+      halves = {208};
+      break;
+    default:
+      halves = {0};
+  }
+  const size_t block = DTypeBytes(type, DTypeBlockSize(type));
+  for (size_t o = 0; o < data.size(); o += block) {
+    for (int h : halves) data[o + h + 1] = scale_hi;
+  }
+  return data;
+}
+
+// Backend::LinearRowBlocks on the CPU: the product of each block in its own
+// dtype, written to the block's columns, for several rows (a product per
+// block) and for one (one pass whose two threads' column ranges, at 128,
+// 256 and 384 here, cut across blocks); the result does not depend on how
+// many rows come at once. Blocks whose widths or K do not fit are refused.
+TEST(CpuRowBlocksTest, EachBlocksProductInItsColumns) {
+  auto be = CreateBackend("cpu:2:auto");
+  ASSERT_TRUE(be.ok()) << be.status();
+  const int64_t K = 256;
+  std::mt19937 rng(5);
+  const std::vector<std::pair<DType, int64_t>> parts = {
+      {DType::kQ4_K, 208}, {DType::kQ6_K, 144}, {DType::kQ8_0, 112}, {DType::kF32, 48}};
+  RowBlocks blocks;
+  std::vector<std::vector<float>> dense;  // each block decoded to f32
+  int64_t N = 0;
+  for (auto [type, rows] : parts) {
+    std::string bytes;
+    if (type == DType::kF32) {
+      std::vector<float> v(rows * K);
+      std::uniform_real_distribution<float> u(-0.5f, 0.5f);
+      for (float& x : v) x = u(rng);
+      bytes.assign(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+    } else {
+      bytes = RandomBlocks(type, rows, K, &rng);
+    }
+    auto t = (*be)->Alloc(type, {rows, K});
+    ASSERT_TRUE(t.ok()) << t.status();
+    std::memcpy(t->raw(), bytes.data(), bytes.size());
+    std::vector<float> d(rows * K);
+    for (int64_t r = 0; r < rows; ++r) cpu::DecodeRow(type, t->raw(), r, K, d.data() + r * K);
+    dense.push_back(std::move(d));
+    blocks.push_back(*t);
+    N += rows;
+  }
+  const int64_t T = 5;
+  std::vector<float> xv(T * K);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (float& v : xv) v = u(rng);
+  auto x = (*be)->Alloc(DType::kF32, {T, K});
+  ASSERT_TRUE(x.ok());
+  std::memcpy(x->raw(), xv.data(), xv.size() * sizeof(float));
+  auto out = (*be)->Alloc(DType::kF32, {T, N});
+  ASSERT_TRUE(out.ok());
+  ASSERT_TRUE((*be)->LinearRowBlocks(*x, blocks, &*out).ok());
+  // Against each block alone (Linear) and against the f64 product of its
+  // decoded weights (the integer paths round x to int16 per 32 elements).
+  int64_t at = 0;
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    const int64_t n = blocks[b].dim(0);
+    auto alone = (*be)->Alloc(DType::kF32, {T, n});
+    ASSERT_TRUE(alone.ok());
+    ASSERT_TRUE((*be)->Linear(*x, blocks[b], &*alone).ok());
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t j = 0; j < n; ++j) {
+        const float got = out->data<float>()[t * N + at + j];
+        ASSERT_EQ(got, alone->data<float>()[t * n + j]) << "block " << b << " row " << t;
+        double ref = 0, mag = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          ref += static_cast<double>(xv[t * K + k]) * dense[b][j * K + k];
+          mag += std::abs(static_cast<double>(xv[t * K + k]) * dense[b][j * K + k]);
+        }
+        EXPECT_NEAR(got, ref, 1e-3 * mag + 1e-5) << "block " << b << " row " << t << " col " << j;
+      }
+    }
+    at += n;
+  }
+  // One row at a time writes the same values in place.
+  for (int64_t t = 0; t < T; ++t) {
+    auto x1 = (*be)->Alloc(DType::kF32, {1, K});
+    auto o1 = (*be)->Alloc(DType::kF32, {1, N});
+    ASSERT_TRUE(x1.ok() && o1.ok());
+    std::memcpy(x1->raw(), xv.data() + t * K, K * sizeof(float));
+    ASSERT_TRUE((*be)->LinearRowBlocks(*x1, blocks, &*o1).ok());
+    EXPECT_EQ(0, std::memcmp(o1->raw(), out->data<float>() + t * N, N * sizeof(float)))
+        << "row " << t;
+  }
+  // Shapes that do not fit are refused, naming them.
+  auto narrow = (*be)->Alloc(DType::kF32, {T, N - 8});
+  ASSERT_TRUE(narrow.ok());
+  absl::Status s = (*be)->LinearRowBlocks(*x, blocks, &*narrow);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("row blocks of " + std::to_string(N) + " rows"), std::string::npos)
+      << s;
+  RowBlocks wrong_k = blocks;
+  auto other = (*be)->Alloc(DType::kF32, {8, 128});
+  ASSERT_TRUE(other.ok());
+  wrong_k.back() = *other;
+  s = (*be)->LinearRowBlocks(*x, wrong_k, &*out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("weight block"), std::string::npos) << s;
+}
+
+// WeightLoader::LoadRowBlocks on a CPU backend that keeps GGUF types: parts
+// that share a type, or that join exactly as Q8_0, are one fused tensor;
+// other mixes (Q5_K_M's q, k as Q5_1 and v as Q8_0; a 7B Q4_K_M's q, k as
+// Q4_K and v as Q6_K) stay one block per part, each as stored, rather than
+// one f32 matrix. Every row decodes to what the dequantising load gives.
+// Row slices (tensor parallelism) are cut from each part.
+TEST(GgufCheckpointTest, MixedTypePartsStayAsRowBlocks) {
+  const int64_t K = 256;
+  std::mt19937 rng(22);
+  struct Part {
+    uint32_t ggml;
+    DType type;
+    int64_t rows;
+  };
+  struct Case {
+    std::vector<Part> parts;
+    std::vector<DType> blocks;
+  };
+  const std::vector<Case> cases = {
+      {{{6, DType::kQ5_0, 8}, {2, DType::kQ4_0, 4}, {8, DType::kQ8_0, 4}}, {DType::kQ8_0}},
+      {{{7, DType::kQ5_1, 8}, {7, DType::kQ5_1, 4}, {8, DType::kQ8_0, 4}},
+       {DType::kQ5_1, DType::kQ5_1, DType::kQ8_0}},
+      {{{12, DType::kQ4_K, 8}, {12, DType::kQ4_K, 4}, {14, DType::kQ6_K, 4}},
+       {DType::kQ4_K, DType::kQ4_K, DType::kQ6_K}},
+      {{{12, DType::kQ4_K, 8}, {12, DType::kQ4_K, 4}, {12, DType::kQ4_K, 4}}, {DType::kQ4_K}}};
+  const char* gguf[] = {"gate", "up", "down"};
+  const char* hf[] = {"model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.up_proj.weight",
+                      "model.layers.0.mlp.down_proj.weight"};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(DTypeName(c.parts[0].type)) + "+" + DTypeName(c.parts[2].type));
+    GgufBuilder b;
+    for (size_t i = 0; i < c.parts.size(); ++i) {
+      GgufBuilder::Tensor t;
+      t.name = std::string("blk.0.ffn_") + gguf[i] + ".weight";
+      t.dims = {static_cast<uint64_t>(K), static_cast<uint64_t>(c.parts[i].rows)};
+      t.type = c.parts[i].ggml;
+      t.data = RandomBlocks(c.parts[i].type, c.parts[i].rows, K, &rng);
+      b.AddTensor(t);
+    }
+    BothLoads loads;
+    ASSERT_NO_FATAL_FAILURE(LoadBothWays(b.Build(), LlamaConfig(), &loads));
+    WeightLoader loader(loads.kept.get(), loads.be.get());
+    // Whole parts, then the second half of each part's rows.
+    for (int half = 0; half < 2; ++half) {
+      SCOPED_TRACE(half ? "second half of the rows" : "whole parts");
+      std::vector<RowPart> parts;
+      for (size_t i = 0; i < c.parts.size(); ++i) {
+        const int64_t rows = c.parts[i].rows;
+        parts.push_back({hf[i], {rows, K}, half ? rows / 2 : 0, rows});
+      }
+      auto blocks = loader.LoadRowBlocks(parts);
+      ASSERT_TRUE(blocks.ok()) << blocks.status();
+      ASSERT_EQ(blocks->size(), c.blocks.size());
+      for (size_t i = 0; i < c.blocks.size(); ++i) EXPECT_EQ((*blocks)[i].dtype(), c.blocks[i]);
+      // Walk the fused rows: (block, row in block) against (part, row in part).
+      size_t blk = 0;
+      int64_t in_blk = 0;
+      std::vector<float> got(K);
+      for (size_t i = 0; i < parts.size(); ++i) {
+        auto di = loads.dequantised->Find(hf[i], parts[i].shape);
+        ASSERT_TRUE(di.ok()) << di.status();
+        for (int64_t r = parts[i].r0; r < parts[i].r1; ++r) {
+          if (in_blk == (*blocks)[blk].dim(0)) ++blk, in_blk = 0;
+          ASSERT_LT(blk, blocks->size());
+          cpu::DecodeRow((*blocks)[blk].dtype(), (*blocks)[blk].raw(), in_blk++, K, got.data());
+          EXPECT_EQ(0, std::memcmp(got.data(),
+                                   reinterpret_cast<const float*>((*di)->data) + r * K,
+                                   K * sizeof(float)))
+              << "part " << i << " row " << r;
+        }
+      }
+      EXPECT_EQ(blk + 1, blocks->size());
+    }
+  }
+  // A backend that computes in f32 fuses every mix as one f32 matrix.
+  GgufBuilder b;
+  for (size_t i = 0; i < 3; ++i) {
+    const Part& p = cases[2].parts[i];
+    GgufBuilder::Tensor t;
+    t.name = std::string("blk.0.ffn_") + gguf[i] + ".weight";
+    t.dims = {static_cast<uint64_t>(K), static_cast<uint64_t>(p.rows)};
+    t.type = p.ggml;
+    t.data = RandomBlocks(p.type, p.rows, K, &rng);
+    b.AddTensor(t);
+  }
+  auto f = ParseImage(b.Build());
+  ASSERT_TRUE(f.ok()) << f.status();
+  auto f32_be = CreateBackend("cpu:1");
+  ASSERT_TRUE(f32_be.ok()) << f32_be.status();
+  auto ckpt = GgufCheckpoint(*f, LlamaConfig(), DType::kF32);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  WeightLoader loader(ckpt->get(), f32_be->get());
+  auto blocks = loader.LoadRowBlocks(
+      {{hf[0], {8, K}, 0, 8}, {hf[1], {4, K}, 0, 4}, {hf[2], {4, K}, 0, 4}});
+  ASSERT_TRUE(blocks.ok()) << blocks.status();
+  ASSERT_EQ(blocks->size(), 1u);
+  EXPECT_EQ((*blocks)[0].dtype(), DType::kF32);
+  EXPECT_EQ((*blocks)[0].dim(0), 16);
+}
+
+// A Llama GGUF laid out as llama.cpp's Q4_K_M lays out a 7B model: q and k
+// as Q4_K, v as Q6_K in some layers and Q4_K in others. On "cpu:2:auto" its
+// q/k/v stay quantised as row blocks (before, such a layer's q/k/v became one
+// f32 matrix); its logits agree with the dequantised model's ("cpu:2", f32
+// weights) within the integer path's rounding of the activations, and its
+// prompt's last logits equal a one-token step's after the same prefix.
+TEST(GgufLlamaTest, KQuantMixWithQ6KValuesMatchesTheDequantisedModel) {
+  const int64_t D = 256, H = 4, Hkv = 2, Dh = 64, F = 64, V = 16, L = 2;
+  std::mt19937 rng(31);
+  std::normal_distribution<float> n01(0.0f, 1.0f);
+  auto f32 = [&](int64_t count, float scale) {
+    std::vector<float> v(count);
+    for (float& x : v) x = scale * n01(rng);
+    return v;
+  };
+  auto quantised = [&](const std::string& name, uint32_t ggml, DType type, int64_t rows) {
+    GgufBuilder::Tensor t;
+    t.name = name;
+    t.dims = {static_cast<uint64_t>(D), static_cast<uint64_t>(rows)};
+    t.type = ggml;
+    t.data = RandomBlocks(type, rows, D, &rng, /*scale_hi=*/0x10);
+    return t;
+  };
+  GgufBuilder b;
+  b.StrKv("general.architecture", "llama")
+      .U32Kv("llama.embedding_length", D)
+      .U32Kv("llama.block_count", L)
+      .U32Kv("llama.attention.head_count", H)
+      .U32Kv("llama.attention.head_count_kv", Hkv)
+      .U32Kv("llama.feed_forward_length", F)
+      .F32Kv("llama.attention.layer_norm_rms_epsilon", 1e-5f)
+      .U32Kv("llama.context_length", 64)
+      .StrArrayKv("tokenizer.ggml.tokens", std::vector<std::string>(V, "t"))
+      .F32Tensor("token_embd.weight", {D, V}, f32(V * D, 1.0f))
+      .F32Tensor("output_norm.weight", {D}, std::vector<float>(D, 1.0f))
+      .F32Tensor("output.weight", {D, V}, f32(V * D, 0.05f));
+  for (int64_t l = 0; l < L; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    b.F32Tensor(p + "attn_norm.weight", {D}, std::vector<float>(D, 1.0f))
+        .F32Tensor(p + "ffn_norm.weight", {D}, std::vector<float>(D, 1.0f))
+        .F32Tensor(p + "attn_output.weight", {H * Dh, D}, f32(D * H * Dh, 0.03f))
+        .F32Tensor(p + "ffn_down.weight", {F, D}, f32(D * F, 0.05f));
+    b.AddTensor(quantised(p + "attn_q.weight", 12, DType::kQ4_K, H * Dh));
+    b.AddTensor(quantised(p + "attn_k.weight", 12, DType::kQ4_K, Hkv * Dh));
+    b.AddTensor(l == 0 ? quantised(p + "attn_v.weight", 14, DType::kQ6_K, Hkv * Dh)
+                       : quantised(p + "attn_v.weight", 12, DType::kQ4_K, Hkv * Dh));
+    b.AddTensor(quantised(p + "ffn_gate.weight", 12, DType::kQ4_K, F));
+    b.AddTensor(quantised(p + "ffn_up.weight", 12, DType::kQ4_K, F));
+  }
+  testing::TempDir dir;
+  const std::string path = dir.path() + "/mix.gguf";
+  testing::WriteFile(path, b.Build());
+
+  auto run = [&](const std::string& spec, std::vector<float>* prompt_logits,
+                 std::vector<float>* step_logits, int64_t* weight_bytes) {
+    auto be = CreateBackend(spec);
+    ASSERT_TRUE(be.ok()) << be.status();
+    const int64_t before = (*be)->memory_stats().in_use_bytes;
+    auto model = LlamaModel::Load(path, be->get());
+    ASSERT_TRUE(model.ok()) << model.status();
+    *weight_bytes = (*be)->memory_stats().in_use_bytes - before;
+    auto cache = PagedKvCache::Create((*model)->KvOptions(8, 16), be->get());
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    const std::vector<int32_t> prompt = {1, 5, 9, 3, 14, 7, 2, 11};
+    // The whole prompt in one pass (all logits), and the same prompt as a
+    // prefix plus a one-token step on a second sequence.
+    const int64_t a = (*cache)->CreateSequence(), c = (*cache)->CreateSequence();
+    ASSERT_TRUE((*cache)->Reserve(a, prompt.size()).ok());
+    ASSERT_TRUE((*cache)->Reserve(c, prompt.size()).ok());
+    ForwardOutput out;
+    ForwardSeq all;
+    all.kv_seq = a;
+    all.tokens = prompt;
+    all.logits = LogitsMode::kAll;
+    ASSERT_TRUE((*model)->Forward({all}, cache->get(), &out).ok());
+    *prompt_logits = out.logits;
+    ForwardSeq prefix;
+    prefix.kv_seq = c;
+    prefix.tokens.assign(prompt.begin(), prompt.end() - 1);
+    prefix.logits = LogitsMode::kLast;
+    ASSERT_TRUE((*model)->Forward({prefix}, cache->get(), &out).ok());
+    ASSERT_TRUE((*cache)->Commit(c, prompt.size() - 1).ok());
+    ForwardSeq step;
+    step.kv_seq = c;
+    step.tokens = {prompt.back()};
+    step.logits = LogitsMode::kLast;
+    ASSERT_TRUE((*model)->Forward({step}, cache->get(), &out).ok());
+    step_logits->assign(out.row_logits(0), out.row_logits(0) + V);
+  };
+  std::vector<float> kept, kept_step, ref, ref_step;
+  int64_t kept_bytes = 0, ref_bytes = 0;
+  ASSERT_NO_FATAL_FAILURE(run("cpu:2:auto", &kept, &kept_step, &kept_bytes));
+  ASSERT_NO_FATAL_FAILURE(run("cpu:2", &ref, &ref_step, &ref_bytes));
+  ASSERT_EQ(kept.size(), ref.size());
+  float scale = 0;
+  for (float v : ref) scale = std::max(scale, std::abs(v));
+  ASSERT_GT(scale, 0.1f);
+  for (size_t i = 0; i < kept.size(); ++i) {
+    EXPECT_NEAR(kept[i], ref[i], 5e-3f * scale) << "position " << i / V << " token " << i % V;
+  }
+  // Batch invariance: the prompt pass's last row is the one-token step's.
+  EXPECT_EQ(0, std::memcmp(kept.data() + kept.size() - V, kept_step.data(), V * sizeof(float)));
+  // One layer's q/k/v as f32 would be 512 x 256 x 4 bytes; kept as row
+  // blocks they alias the file (whole parts) and the model allocates less.
+  EXPECT_LT(kept_bytes, (H + 2 * Hkv) * Dh * D * 4) << "reference model: " << ref_bytes;
 }
 
 }  // namespace
