@@ -192,7 +192,7 @@ TEST(PrefillStallTest, LongPromptAdmissionKeepsLiveStreamsAtPace) {
     for (int n = 0; n < kAdmissions; ++n) {
       std::vector<int32_t> prompt;
       for (int i = 0; i < kLongPrompt; ++i) {
-        prompt.push_back(3 + (i * 37 + (n + kAdmissions * attempt) * 101) % 2000);
+        prompt.push_back(3 + (i * 37 + (n + kAdmissions * (attempt - 1)) * 101) % 2000);
       }
       const Clock::time_point admit_start = Clock::now();
       std::atomic<int64_t> first_token_ns{0};
