@@ -299,6 +299,7 @@ class CpuBackend final : public Backend {
       }
       at += n;
     }
+    cpu::TrimScratch(&scratch);
     return absl::OkStatus();
   }
 
