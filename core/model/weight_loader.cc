@@ -1,5 +1,7 @@
 #include "core/model/weight_loader.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "core/util/status_macros.h"
 
@@ -53,22 +55,30 @@ absl::StatusOr<Tensor> WeightLoader::LoadNorm(const std::string& name, const Sha
   return t;
 }
 
+// One dtype for a matrix fused from `parts`: their common target, else what
+// the backend converts them all to (Backend::FusedWeightDType; a GGUF K-quant
+// mix can store q and k as Q5_0 and v as Q8_0). `kept`, when given, gets each
+// part's own target.
+absl::StatusOr<DType> WeightLoader::FusedDType(const std::vector<RowPart>& parts,
+                                               std::vector<DType>* kept) const {
+  const size_t rank = parts.at(0).shape.size() > 1 ? 2 : 1;
+  DType target = TargetDType(backend_->activation_dtype(), rank);
+  if (is_random()) return target;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    TS_ASSIGN_OR_RETURN(const TensorInfo* info, checkpoint_->Find(parts[i].name, parts[i].shape));
+    const DType d = TargetDType(info->dtype, rank);
+    if (kept != nullptr) kept->push_back(d);
+    target = i == 0 || rank != 2 ? d : backend_->FusedWeightDType(target, d);
+  }
+  return target;
+}
+
 absl::StatusOr<Tensor> WeightLoader::LoadRows(const std::vector<RowPart>& parts) {
   int64_t rows = 0;
   const int64_t K = parts.at(0).shape.size() > 1 ? parts[0].shape[1] : 1;
   for (const RowPart& p : parts) rows += p.r1 - p.r0;
   Shape shape = parts[0].shape.size() > 1 ? Shape{rows, K} : Shape{rows};
-  // One dtype for the fused matrix: the parts' common target, else what the
-  // backend converts them all to (Backend::FusedWeightDType; a GGUF K-quant mix
-  // can store q and k as Q5_0 and v as Q8_0).
-  DType target = TargetDType(backend_->activation_dtype(), shape.size());
-  if (!is_random()) {
-    for (size_t i = 0; i < parts.size(); ++i) {
-      TS_ASSIGN_OR_RETURN(const TensorInfo* info, checkpoint_->Find(parts[i].name, parts[i].shape));
-      const DType d = TargetDType(info->dtype, shape.size());
-      target = i == 0 || shape.size() != 2 ? d : backend_->FusedWeightDType(target, d);
-    }
-  }
+  TS_ASSIGN_OR_RETURN(DType target, FusedDType(parts, nullptr));
   TS_ASSIGN_OR_RETURN(Tensor t, backend_->Alloc(target, shape));
   int64_t at = 0;
   for (const RowPart& p : parts) {
@@ -89,14 +99,10 @@ absl::StatusOr<RowBlocks> WeightLoader::LoadRowBlocks(const std::vector<RowPart>
   if (!is_random() && parts.size() > 1 && parts[0].shape.size() == 2 &&
       backend_->TakesMixedRowBlocks()) {
     std::vector<DType> kept;
-    DType fused = DType::kF32;
-    for (size_t i = 0; i < parts.size(); ++i) {
-      TS_ASSIGN_OR_RETURN(const TensorInfo* info, checkpoint_->Find(parts[i].name, parts[i].shape));
-      kept.push_back(TargetDType(info->dtype, 2));
-      fused = i == 0 ? kept[0] : backend_->FusedWeightDType(fused, kept[i]);
-    }
+    TS_ASSIGN_OR_RETURN(DType fused, FusedDType(parts, &kept));
     const DType widened = backend_->WeightDType(DType::kF32);
-    for (DType d : kept) split |= fused == widened && d != widened;
+    split = fused == widened &&
+            std::any_of(kept.begin(), kept.end(), [&](DType d) { return d != widened; });
   }
   if (!split) {
     TS_ASSIGN_OR_RETURN(Tensor t, LoadRows(parts));

@@ -56,6 +56,8 @@ class WeightLoader {
 
  private:
   DType TargetDType(DType stored, size_t rank) const;
+  absl::StatusOr<DType> FusedDType(const std::vector<RowPart>& parts,
+                                   std::vector<DType>* kept) const;
   absl::Status FillRandom(const std::string& name, Tensor* dst);
 
   Checkpoint* checkpoint_ = nullptr;
