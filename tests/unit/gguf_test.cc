@@ -476,6 +476,42 @@ TEST(GgufCheckpointTest, TensorsUnderHfNamesWithQkUnpermuted) {
   EXPECT_NE(cb.status().message().find("'blk.0.attn_q.bias'"), std::string::npos) << cb.status();
 }
 
+// Random blocks of `type` for `rows` x `K` weights, with finite f16 scales
+// (high byte `scale_hi`: 0x1c is about 0.004, 0x10 about 0.0005).
+std::string RandomBlocks(DType type, int64_t rows, int64_t K, std::mt19937* rng,
+                         char scale_hi = 0x1c) {
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::string data(DTypeBytes(type, rows * K), '\0');
+  for (char& ch : data) ch = static_cast<char>(byte(*rng));
+  std::vector<int> halves;  // byte offsets of a block's f16 scales
+  switch (type) {
+    case DType::kQ4_1: case DType::kQ5_1: case DType::kQ4_K: case DType::kQ5_K:
+      halves = {0, 2};
+      break;
+    case DType::kQ6_K:
+      halves = {208};
+      break;
+    default:
+      halves = {0};
+  }
+  const size_t block = DTypeBytes(type, DTypeBlockSize(type));
+  for (size_t o = 0; o < data.size(); o += block) {
+    for (int h : halves) data[o + h + 1] = scale_hi;
+  }
+  return data;
+}
+
+// A GGUF tensor `name` of `rows` x `K` RandomBlocks of `type` (ggml type `ggml`).
+GgufBuilder::Tensor QuantTensor(const std::string& name, uint32_t ggml, DType type, int64_t rows,
+                                int64_t K, std::mt19937* rng, char scale_hi = 0x1c) {
+  GgufBuilder::Tensor t;
+  t.name = name;
+  t.dims = {static_cast<uint64_t>(K), static_cast<uint64_t>(rows)};
+  t.type = ggml;
+  t.data = RandomBlocks(type, rows, K, rng, scale_hi);
+  return t;
+}
+
 // A GGUF image's checkpoint as a "cpu:1:auto" backend keeps it (quantised
 // matrices as stored) and dequantised to f32.
 struct BothLoads {
@@ -503,32 +539,15 @@ void LoadBothWays(const std::string& image, const LlamaConfig& config, BothLoads
 TEST(GgufCheckpointTest, QuantisedMatricesKeptWithQkUnpermuted) {
   const int64_t D = 8, K = 256;  // q: 2 heads of 4 rows, each row one Q4_K / Q6_K block
   std::mt19937 rng(9);
-  std::uniform_int_distribution<int> byte(0, 255);
-  auto random_blocks = [&](int64_t bytes) {
-    std::string data(bytes, '\0');
-    for (char& c : data) c = static_cast<char>(byte(rng));
-    return data;
-  };
   struct Case {
     uint32_t ggml;
     DType kept;
-    std::vector<int> halves;  // byte offsets of a block's f16 scales
   };
-  for (const Case& c : {Case{12, DType::kQ4_K, {0, 2}}, Case{3, DType::kQ4_1, {0, 2}},
-                        Case{6, DType::kQ5_0, {0}}, Case{14, DType::kQ6_K, {208}},
-                        Case{13, DType::kQ5_K, {0, 2}}}) {
+  for (const Case& c : {Case{12, DType::kQ4_K}, Case{3, DType::kQ4_1}, Case{6, DType::kQ5_0},
+                        Case{14, DType::kQ6_K}, Case{13, DType::kQ5_K}}) {
     SCOPED_TRACE(DTypeName(c.kept));
-    std::string q = random_blocks(static_cast<int64_t>(DTypeBytes(c.kept, D * K)));
-    // Finite f16 scales (high bytes 0x1c: about 0.004) in every block.
-    const size_t block = DTypeBytes(c.kept, DTypeBlockSize(c.kept));
-    for (size_t o = 0; o < q.size(); o += block) {
-      for (int h : c.halves) q[o + h + 1] = 0x1c;
-    }
-    GgufBuilder::Tensor qt;
-    qt.name = "blk.0.attn_q.weight";
-    qt.dims = {static_cast<uint64_t>(K), static_cast<uint64_t>(D)};
-    qt.type = c.ggml;
-    qt.data = q;
+    GgufBuilder::Tensor qt = QuantTensor("blk.0.attn_q.weight", c.ggml, c.kept, D, K, &rng);
+    const std::string& q = qt.data;
     GgufBuilder b;
     b.AddTensor(qt);
     LlamaConfig config;
@@ -569,7 +588,6 @@ TEST(GgufCheckpointTest, QuantisedMatricesKeptWithQkUnpermuted) {
 TEST(GgufCheckpointTest, MixedTypePartsFuseWithoutLoss) {
   const int64_t K = 64;
   std::mt19937 rng(21);
-  std::uniform_int_distribution<int> byte(0, 255);
   struct Part {
     const char* name;
     uint32_t ggml;
@@ -591,21 +609,9 @@ TEST(GgufCheckpointTest, MixedTypePartsFuseWithoutLoss) {
     SCOPED_TRACE(std::string(DTypeName(c.parts[0].type)) + "+" + DTypeName(c.parts[2].type));
     GgufBuilder b;
     for (const Part& p : c.parts) {
-      std::string data(DTypeBytes(p.type, p.rows * K), '\0');
-      for (char& ch : data) ch = static_cast<char>(byte(rng));
-      // Finite f16 scales (high byte 0x1c) at offsets 0 and, for Q5_1, 2.
-      const size_t block = DTypeBytes(p.type, 32);
-      for (size_t o = 0; o < data.size(); o += block) {
-        data[o + 1] = 0x1c;
-        if (p.type == DType::kQ5_1) data[o + 3] = 0x1c;
-      }
-      GgufBuilder::Tensor t;
       const char* ffn = p.name[0] == 'q' ? "gate" : p.name[0] == 'k' ? "up" : "down";
-      t.name = std::string("blk.0.ffn_") + ffn + ".weight";
-      t.dims = {static_cast<uint64_t>(K), static_cast<uint64_t>(p.rows)};
-      t.type = p.ggml;
-      t.data = data;
-      b.AddTensor(t);
+      b.AddTensor(QuantTensor(std::string("blk.0.ffn_") + ffn + ".weight", p.ggml, p.type,
+                              p.rows, K, &rng));
     }
     BothLoads loads;
     ASSERT_NO_FATAL_FAILURE(LoadBothWays(b.Build(), LlamaConfig(), &loads));
@@ -635,31 +641,6 @@ TEST(GgufCheckpointTest, MixedTypePartsFuseWithoutLoss) {
       }
     }
   }
-}
-
-// Random blocks of `type` for `rows` x `K` weights, with finite f16 scales
-// (high byte `scale_hi`: 0x1c is about 0.004, 0x10 about 0.0005).
-std::string RandomBlocks(DType type, int64_t rows, int64_t K, std::mt19937* rng,
-                         char scale_hi = 0x1c) {
-  std::uniform_int_distribution<int> byte(0, 255);
-  std::string data(DTypeBytes(type, rows * K), '\0');
-  for (char& ch : data) ch = static_cast<char>(byte(*rng));
-  std::vector<int> halves;  // byte offsets of a block's f16 scales
-  switch (type) {
-    case DType::kQ4_1: case DType::kQ5_1: case DType::kQ4_K: case DType::kQ5_K:
-      halves = {0, 2};
-      break;
-    case DType::kQ6_K:
-      halves = {208};
-      break;
-    default:
-      halves = {0};
-  }
-  const size_t block = DTypeBytes(type, DTypeBlockSize(type));
-  for (size_t o = 0; o < data.size(); o += block) {
-    for (int h : halves) data[o + h + 1] = scale_hi;
-  }
-  return data;
 }
 
 // Backend::LinearRowBlocks on the CPU: the product of each block in its own
@@ -782,19 +763,19 @@ TEST(GgufCheckpointTest, MixedTypePartsStayAsRowBlocks) {
   const char* gguf[] = {"gate", "up", "down"};
   const char* hf[] = {"model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.up_proj.weight",
                       "model.layers.0.mlp.down_proj.weight"};
+  // gate, up and down tensors as the parts say.
+  auto image = [&](const std::vector<Part>& parts) {
+    GgufBuilder b;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      b.AddTensor(QuantTensor(std::string("blk.0.ffn_") + gguf[i] + ".weight", parts[i].ggml,
+                              parts[i].type, parts[i].rows, K, &rng));
+    }
+    return b.Build();
+  };
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(DTypeName(c.parts[0].type)) + "+" + DTypeName(c.parts[2].type));
-    GgufBuilder b;
-    for (size_t i = 0; i < c.parts.size(); ++i) {
-      GgufBuilder::Tensor t;
-      t.name = std::string("blk.0.ffn_") + gguf[i] + ".weight";
-      t.dims = {static_cast<uint64_t>(K), static_cast<uint64_t>(c.parts[i].rows)};
-      t.type = c.parts[i].ggml;
-      t.data = RandomBlocks(c.parts[i].type, c.parts[i].rows, K, &rng);
-      b.AddTensor(t);
-    }
     BothLoads loads;
-    ASSERT_NO_FATAL_FAILURE(LoadBothWays(b.Build(), LlamaConfig(), &loads));
+    ASSERT_NO_FATAL_FAILURE(LoadBothWays(image(c.parts), LlamaConfig(), &loads));
     WeightLoader loader(loads.kept.get(), loads.be.get());
     // Whole parts, then the second half of each part's rows.
     for (int half = 0; half < 2; ++half) {
@@ -829,17 +810,7 @@ TEST(GgufCheckpointTest, MixedTypePartsStayAsRowBlocks) {
     }
   }
   // A backend that computes in f32 fuses every mix as one f32 matrix.
-  GgufBuilder b;
-  for (size_t i = 0; i < 3; ++i) {
-    const Part& p = cases[2].parts[i];
-    GgufBuilder::Tensor t;
-    t.name = std::string("blk.0.ffn_") + gguf[i] + ".weight";
-    t.dims = {static_cast<uint64_t>(K), static_cast<uint64_t>(p.rows)};
-    t.type = p.ggml;
-    t.data = RandomBlocks(p.type, p.rows, K, &rng);
-    b.AddTensor(t);
-  }
-  auto f = ParseImage(b.Build());
+  auto f = ParseImage(image(cases[2].parts));
   ASSERT_TRUE(f.ok()) << f.status();
   auto f32_be = CreateBackend("cpu:1");
   ASSERT_TRUE(f32_be.ok()) << f32_be.status();
@@ -870,12 +841,7 @@ TEST(GgufLlamaTest, KQuantMixWithQ6KValuesMatchesTheDequantisedModel) {
     return v;
   };
   auto quantised = [&](const std::string& name, uint32_t ggml, DType type, int64_t rows) {
-    GgufBuilder::Tensor t;
-    t.name = name;
-    t.dims = {static_cast<uint64_t>(D), static_cast<uint64_t>(rows)};
-    t.type = ggml;
-    t.data = RandomBlocks(type, rows, D, &rng, /*scale_hi=*/0x10);
-    return t;
+    return QuantTensor(name, ggml, type, rows, D, &rng, /*scale_hi=*/0x10);
   };
   GgufBuilder b;
   b.StrKv("general.architecture", "llama")
