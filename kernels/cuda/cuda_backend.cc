@@ -3,6 +3,7 @@
 #include "kernels/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -50,6 +51,10 @@ absl::Status CudaBackend::Init() {
   num_sms_ = prop.multiProcessorCount;
   max_smem_optin_ = static_cast<int>(prop.sharedMemPerBlockOptin);
   device_name_ = prop.name;
+  // TREESPEC_CUDA_SKINNY_ROWS=0 sends every product to cuBLAS (for A/B runs).
+  if (const char* rows = std::getenv("TREESPEC_CUDA_SKINNY_ROWS"); rows != nullptr) {
+    skinny_max_rows_ = std::clamp(std::atoi(rows), 0, kSkinnyMaxRows);
+  }
   allocator_ = DeviceAllocator::Create(device_);
   TS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   TS_CUDA_RETURN_IF_ERROR(cublasCreate(&cublas_));
@@ -118,6 +123,14 @@ absl::Status CudaBackend::CheckAllF32(std::initializer_list<const Tensor*> ts, c
 cudaStream_t StreamOf(Backend* backend) {
   auto* cuda = dynamic_cast<CudaBackend*>(backend);
   return cuda == nullptr ? nullptr : cuda->stream();
+}
+
+int SetSkinnyMaxRows(Backend* backend, int rows) {
+  auto* cuda = dynamic_cast<CudaBackend*>(backend);
+  if (cuda == nullptr) return -1;
+  const int before = cuda->skinny_max_rows();
+  cuda->set_skinny_max_rows(std::clamp(rows, 0, kSkinnyMaxRows));
+  return before;
 }
 
 }  // namespace cuda

@@ -55,7 +55,13 @@ absl::Status CudaBackend::Linear(const Tensor& x, const Tensor& w, Tensor* out) 
       RowSize(*out) != w.dim(0) || out->dim(0) != x.dim(0)) {
     return ShapeError("Linear", {&x, &w, out});
   }
-  return cuda::Linear(cublas_, dtype_, x.raw(), w.raw(), x.dim(0), w.dim(1), w.dim(0), out->raw());
+  const int64_t T = x.dim(0), K = w.dim(1), N = w.dim(0);
+  if (T <= skinny_max_rows_ && SkinnyLinearFits(dtype_, x.raw(), w.raw(), T, K)) {
+    TS_CUDA_RETURN_IF_ERROR(
+        LaunchSkinnyLinear(dtype_, x.raw(), w.raw(), T, K, N, out->raw(), stream_));
+    return absl::OkStatus();
+  }
+  return cuda::Linear(cublas_, dtype_, x.raw(), w.raw(), T, K, N, out->raw());
 }
 
 absl::Status CudaBackend::Add(const Tensor& a, const Tensor& b, Tensor* out) {

@@ -33,6 +33,7 @@
 #include "core/tensor/backend.h"
 #include "kernels/cuda/attention_plan.h"
 #include "kernels/cuda/device_allocator.h"
+#include "kernels/cuda/skinny_linear.h"
 
 namespace treespec::cuda {
 
@@ -60,6 +61,9 @@ class CudaBackend final : public Backend {
 
   cudaStream_t stream() const { return stream_; }
   void* NativeStream() override { return stream_; }
+  // Products of at most this many rows use SkinnyLinear, larger ones cuBLAS.
+  int skinny_max_rows() const { return skinny_max_rows_; }
+  void set_skinny_max_rows(int rows) { skinny_max_rows_ = rows; }
 
   DeviceKind device() const override { return DeviceKind::kCuda; }
   std::string name() const override {
@@ -158,6 +162,7 @@ class CudaBackend final : public Backend {
   cublasHandle_t cublas_ = nullptr;
   Tensor cublas_workspace_;
   bool capturing_ = false;
+  int skinny_max_rows_ = kSkinnyDefaultRows;
   std::vector<cudaGraphExec_t> graphs_;
 };
 

@@ -26,6 +26,10 @@
 #include "core/model/kv_cache.h"
 #include "core/tensor/backend.h"
 #include "gtest/gtest.h"
+#ifdef TREESPEC_HAVE_CUDA_KERNELS
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/skinny_linear.h"
+#endif
 
 namespace treespec {
 namespace {
@@ -260,7 +264,9 @@ TEST_P(BackendOpsTest, Linear) {
   struct Case {
     int T, K, N;
   };
-  for (Case c : {Case{1, 96, 80}, Case{5, 96, 80}, Case{33, 64, 48}, Case{3, 1024, 64}}) {
+  // K = 100: rows not of whole 16-byte vectors in 16-bit storage (cuBLAS there).
+  for (Case c : {Case{1, 96, 80}, Case{5, 96, 80}, Case{33, 64, 48}, Case{3, 1024, 64},
+                 Case{3, 100, 10}}) {
     const float s = 1.0f / std::sqrt(static_cast<float>(c.K));
     Tensor x = Make(Rand(c.T * c.K, 5 + c.T), {c.T, c.K});
     Tensor w = Make(Rand(c.N * c.K, 6 + c.K, -s, s), {c.N, c.K});
@@ -276,6 +282,63 @@ TEST_P(BackendOpsTest, Linear) {
     ASSERT_TRUE(be_->Linear(x, w, &out).ok());
     ExpectClose(out, ref, "linear T=" + std::to_string(c.T) + " K=" + std::to_string(c.K));
   }
+}
+
+// Decode and short verify steps: few rows, K past the few-row kernel's
+// unrolled loop with a remainder, N odd (a warp's second weight row past the
+// end). On CUDA once on the few-row kernel (kernels/cuda/skinny_linear.h) for
+// every row count here, once on cuBLAS. The CPU and the few-row kernel are
+// batch invariant: each row computed alone is bitwise the same as within the
+// batch (greedy speculation compares a verify step's logits with plain
+// decoding's). cuBLAS makes no such promise, so there only the values count.
+TEST_P(BackendOpsTest, LinearFewRowsMatchesAndIsBatchInvariant) {
+  struct Case {
+    int T, K, N;
+  };
+  std::vector<int> modes = {-1};  // the CPU: as it is
+#ifdef TREESPEC_HAVE_CUDA_KERNELS
+  const int shipped = cuda::SetSkinnyMaxRows(be_.get(), 0);
+  if (shipped >= 0) modes = {cuda::kSkinnyMaxRows, 0};
+#endif
+  for (int mode : modes) {
+#ifdef TREESPEC_HAVE_CUDA_KERNELS
+    if (mode >= 0) cuda::SetSkinnyMaxRows(be_.get(), mode);
+#endif
+    const bool invariant = mode != 0;
+    for (Case c : {Case{8, 1000, 77}, Case{7, 4096, 130}, Case{2, 8, 3}, Case{4, 1536, 1}}) {
+      const std::string what = "linear few rows (mode " + std::to_string(mode) + ") T=" +
+                               std::to_string(c.T) + " K=" + std::to_string(c.K) +
+                               " N=" + std::to_string(c.N);
+      const float s = 1.0f / std::sqrt(static_cast<float>(c.K));
+      Tensor x = Make(Rand(c.T * c.K, 11 + c.T), {c.T, c.K});
+      Tensor w = Make(Rand(c.N * c.K, 12 + c.K, -s, s), {c.N, c.K});
+      std::vector<double> xs = Get(x), ws = Get(w), ref(c.T * c.N);
+      for (int t = 0; t < c.T; ++t) {
+        for (int n = 0; n < c.N; ++n) {
+          double acc = 0;
+          for (int k = 0; k < c.K; ++k) acc += xs[t * c.K + k] * ws[n * c.K + k];
+          ref[t * c.N + n] = acc;
+        }
+      }
+      Tensor out = Out({c.T, c.N});
+      ASSERT_TRUE(be_->Linear(x, w, &out).ok()) << what;
+      ExpectClose(out, ref, what);
+      if (!invariant) continue;
+      const std::vector<double> all = Get(out);
+      for (int t = 0; t < c.T; ++t) {
+        Tensor one = Out({1, c.N});
+        ASSERT_TRUE(be_->Linear(x.Rows(t, t + 1), w, &one).ok()) << what;
+        const std::vector<double> alone = Get(one);
+        for (int n = 0; n < c.N; ++n) {
+          ASSERT_EQ(alone[n], all[t * c.N + n]) << what << " [" << GetParam() << "] row " << t
+                                                << " column " << n << ": alone vs in the batch";
+        }
+      }
+    }
+  }
+#ifdef TREESPEC_HAVE_CUDA_KERNELS
+  if (shipped >= 0) cuda::SetSkinnyMaxRows(be_.get(), shipped);
+#endif
 }
 
 TEST_P(BackendOpsTest, AddAlsoInPlace) {
@@ -645,52 +708,62 @@ TEST_P(BackendOpsTest, AttentionSlidingWindow) {
 // Full rotary (Rd = Dh) and partial rotary (Bamba: Rd < Dh, the columns past
 // Rd copied), inv_freq [Rd / 2].
 TEST_P(BackendOpsTest, QkvRopeWritesPagedCache) {
-  const int H = 4, Hkv = 2, Dh = 16, bs = 4, blocks = 11;
+  const int bs = 4, blocks = 11;
   const std::vector<SeqSpec> seqs = {{5, 3, {}}, {2, 6, {-1, 0, 0, 1, 2, 2}}, {3, 2, {-1, 0, 1}, 1}};
   AttentionBatch batch = MakeBatch(seqs, bs, blocks, 41);
   const int T = batch.num_tokens(), slots = blocks * bs;
-  const int W = (H + 2 * Hkv) * Dh;
-  for (int half : {Dh / 2, Dh / 4, 3}) {
-    SCOPED_TRACE("rotary dims " + std::to_string(2 * half) + " of " + std::to_string(Dh));
-    Tensor qkv = Make(Rand(T * W, 42), {T, W});
-    std::vector<int32_t> pos(T);
-    std::mt19937 rng(43);
-    for (int32_t& p : pos) p = std::uniform_int_distribution<int>(0, 4000)(rng);
-    std::vector<float> inv(half);
-    for (int i = 0; i < half; ++i) inv[i] = std::pow(10000.0f, -static_cast<float>(i) / half);
-    Tensor inv_t = MakeAs(inv, {half}, DType::kF32);
-    Tensor kc = Make(Rand(slots * Hkv * Dh, 44), {slots, Hkv, Dh});
-    Tensor vc = Make(Rand(slots * Hkv * Dh, 45), {slots, Hkv, Dh});
-    std::vector<double> x = Get(qkv), kref = Get(kc), vref = Get(vc), qref(T * H * Dh);
-    auto rotate = [&](const double* in, int32_t p, double* out) {
-      for (int d = 2 * half; d < Dh; ++d) out[d] = in[d];
-      for (int i = 0; i < half; ++i) {
-        const double angle = static_cast<float>(p) * inv[i];  // float angle, as specified
-        const double c = std::cos(angle), s = std::sin(angle);
-        out[i] = in[i] * c - in[i + half] * s;
-        out[i + half] = in[i + half] * c + in[i] * s;
-      }
-    };
-    for (int s = 0; s < batch.num_seqs; ++s) {
-      for (int i = 0; i < batch.num_new(s); ++i) {
-        const int t = batch.query_start[s] + i;
-        const int slot = batch.Slot(s, batch.Position(s, i));
-        for (int h = 0; h < H; ++h) rotate(&x[t * W + h * Dh], pos[t], &qref[(t * H + h) * Dh]);
-        for (int g = 0; g < Hkv; ++g) {
-          rotate(&x[t * W + (H + g) * Dh], pos[t], &kref[(slot * Hkv + g) * Dh]);
-          for (int d = 0; d < Dh; ++d) vref[(slot * Hkv + g) * Dh + d] = x[t * W + (H + Hkv + g) * Dh + d];
+  struct Layout {
+    int H, Hkv, Dh;
+  };
+  // The second layout's 1,800-3,000 items a token span several thread blocks on CUDA.
+  for (Layout layout : {Layout{4, 2, 16}, Layout{32, 8, 64}}) {
+    const int H = layout.H, Hkv = layout.Hkv, Dh = layout.Dh;
+    const int W = (H + 2 * Hkv) * Dh;
+    for (int half : {Dh / 2, Dh / 4, 3}) {
+      SCOPED_TRACE("rotary dims " + std::to_string(2 * half) + " of " + std::to_string(Dh));
+      Tensor qkv = Make(Rand(T * W, 42), {T, W});
+      std::vector<int32_t> pos(T);
+      std::mt19937 rng(43);
+      for (int32_t& p : pos) p = std::uniform_int_distribution<int>(0, 4000)(rng);
+      std::vector<float> inv(half);
+      for (int i = 0; i < half; ++i) inv[i] = std::pow(10000.0f, -static_cast<float>(i) / half);
+      Tensor inv_t = MakeAs(inv, {half}, DType::kF32);
+      Tensor kc = Make(Rand(slots * Hkv * Dh, 44), {slots, Hkv, Dh});
+      Tensor vc = Make(Rand(slots * Hkv * Dh, 45), {slots, Hkv, Dh});
+      std::vector<double> x = Get(qkv), kref = Get(kc), vref = Get(vc), qref(T * H * Dh);
+      auto rotate = [&](const double* in, int32_t p, double* out) {
+        for (int d = 2 * half; d < Dh; ++d) out[d] = in[d];
+        for (int i = 0; i < half; ++i) {
+          const double angle = static_cast<float>(p) * inv[i];  // float angle, as specified
+          const double c = std::cos(angle), s = std::sin(angle);
+          out[i] = in[i] * c - in[i + half] * s;
+          out[i + half] = in[i + half] * c + in[i] * s;
+        }
+      };
+      for (int s = 0; s < batch.num_seqs; ++s) {
+        for (int i = 0; i < batch.num_new(s); ++i) {
+          const int t = batch.query_start[s] + i;
+          const int slot = batch.Slot(s, batch.Position(s, i));
+          for (int h = 0; h < H; ++h) rotate(&x[t * W + h * Dh], pos[t], &qref[(t * H + h) * Dh]);
+          for (int g = 0; g < Hkv; ++g) {
+            rotate(&x[t * W + (H + g) * Dh], pos[t], &kref[(slot * Hkv + g) * Dh]);
+            for (int d = 0; d < Dh; ++d) {
+              vref[(slot * Hkv + g) * Dh + d] = x[t * W + (H + Hkv + g) * Dh + d];
+            }
+          }
         }
       }
+      auto plan = be_->PlanAttention(batch);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      Tensor q = Out({T, H, Dh});
+      ASSERT_TRUE(be_->QkvRope(qkv, MakeI32(pos), inv_t, **plan, &q, &kc, &vc).ok());
+      ExpectClose(q, qref, "rope q");
+      ExpectClose(kc, kref, "rope k cache");
+      ExpectClose(vc, vref, "v cache", {0, 0});
     }
-    auto plan = be_->PlanAttention(batch);
-    ASSERT_TRUE(plan.ok()) << plan.status();
-    Tensor q = Out({T, H, Dh});
-    ASSERT_TRUE(be_->QkvRope(qkv, MakeI32(pos), inv_t, **plan, &q, &kc, &vc).ok());
-    ExpectClose(q, qref, "rope q");
-    ExpectClose(kc, kref, "rope k cache");
-    ExpectClose(vc, vref, "v cache", {0, 0});
   }
   // More rotary dims than the head has.
+  const int H = 4, Hkv = 2, Dh = 16, W = (H + 2 * Hkv) * Dh;
   auto plan = be_->PlanAttention(batch);
   ASSERT_TRUE(plan.ok()) << plan.status();
   Tensor q = Out({T, H, Dh});

@@ -7,7 +7,12 @@
 //       the device) for one sequence with a 512-token cached prefix, at 1, 4,
 //       16 and 64 tree tokens shaped as a chain and as a balanced binary tree,
 //       against the HBM floor = weight bytes / the best bandwidth of (1)
-//       (read-only scan, or the copy's bytes read + written per second);
+//       (read-only scan, or the copy's bytes read + written per second), with
+//       the few-row kernel (kernels/cuda/skinny_linear.h) for steps of <= 8
+//       tokens and with cuBLAS for every product, side by side; first, each of
+//       the step's matrix products alone at 1-16 rows (weights cycled through
+//       more copies than L2 holds), cuBLAS against the few-row kernel, and
+//       the step's products summed, so the step splits into products and rest;
 //   (3) step of a Mamba-130M-shape drafter at batch 1 … 64, eager and with
 //       CUDA graphs (MambaModel::SetUseGraphs).
 // Times are medians of CUDA-event intervals on the backend's stream after
@@ -15,7 +20,12 @@
 // server sees it.
 //
 // Usage: gpu_bench [--quick] [--iters N] [--skip-llama] [--skip-mamba]
-//   --quick shrinks the models (4 layers) for a smoke run.
+//                  [--profile-step TOKENS]
+//   --quick shrinks the models (4 layers) for a smoke run;
+//   --profile-step runs only one 7B verify step of TOKENS chain tokens inside
+//   cudaProfilerStart/Stop, for `ncu --profile-from-start off` (kernel times
+//   by name: tools/bench/ncu_summary.py).
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -25,6 +35,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/model/kv_cache.h"
@@ -43,6 +54,7 @@ struct Options {
   int iters = 15;
   bool llama = true;
   bool mamba = true;
+  int profile_tokens = 0;  // > 0: only ProfileStep
 };
 
 #define BENCH_CHECK(expr)                                                            \
@@ -146,7 +158,78 @@ std::vector<int32_t> BalancedTree(int n) {
   return parents;
 }
 
-void BenchLlama(Backend* be, cudaStream_t stream, const Ceilings& c, const Options& o) {
+// The 7B step's matrix products, one layer's and the LM head's, [N, K].
+struct Product {
+  const char* name;
+  int64_t N, K;
+  int per_step;  // how many a step runs (per layer x layers, or 1)
+};
+
+// Milliseconds of one product of T rows for each of `products`, with the
+// few-row kernel allowed up to `skinny_rows` rows (0: cuBLAS only). Weights
+// are cycled through copies totalling >= 256 MB, so none is read from L2.
+std::vector<double> ProductMs(Backend* be, cudaStream_t stream, const Options& o,
+                              const std::vector<Product>& products, int T, int skinny_rows) {
+  const int before = cuda::SetSkinnyMaxRows(be, skinny_rows);
+  std::vector<double> out;
+  for (const Product& p : products) {
+    const int64_t bytes = 2 * p.N * p.K;
+    const int copies =
+        static_cast<int>(std::max<int64_t>(2, ((int64_t{256} << 20) + bytes - 1) / bytes));
+    std::vector<Tensor> ws;
+    for (int i = 0; i < copies; ++i) {
+      ws.push_back(Unwrap(be->Alloc(DType::kF16, {p.N, p.K}), "alloc"));
+      BENCH_CHECK(be->FillUniform(&ws.back(), 10 + i, 0.02f));
+    }
+    Tensor x = Unwrap(be->Alloc(DType::kF16, {T, p.K}), "alloc");
+    Tensor y = Unwrap(be->Alloc(DType::kF16, {T, p.N}), "alloc");
+    BENCH_CHECK(be->FillUniform(&x, 9, 1.0f));
+    const double ms = MedianMs(stream, 1, o.iters, [&] {
+      for (const Tensor& w : ws) BENCH_CHECK(be->Linear(x, w, &y));
+    });
+    out.push_back(ms / copies);
+  }
+  cuda::SetSkinnyMaxRows(be, before);
+  return out;
+}
+
+// Prints the products table; returns the summed product milliseconds of one
+// step by row count, each product taking the faster of the two.
+std::vector<std::pair<int, double>> BenchProducts(Backend* be, cudaStream_t stream,
+                                                  const Ceilings& c, const Options& o,
+                                                  const std::vector<Product>& products) {
+  const double bw_gbs = std::max(c.read_gbs, c.copy_gbs);
+  std::printf("\n(2a) the 7B step's matrix products alone (fp16, weights not in L2): GB/s of "
+              "weights read, cuBLAS against the few-row kernel (rows <= 8); %%floor = GB/s "
+              "against %.0f GB/s\n", bw_gbs);
+  std::printf("  %-5s %-9s %10s %12s %10s %12s %10s %8s\n", "rows", "product", "[N, K]",
+              "cuBLAS us", "GB/s", "few-row us", "GB/s", "%floor");
+  std::vector<std::pair<int, double>> sums;
+  for (int T : {1, 2, 3, 4, 8, 16}) {
+    const std::vector<double> blas = ProductMs(be, stream, o, products, T, 0);
+    const std::vector<double> skinny =
+        T <= 8 ? ProductMs(be, stream, o, products, T, 8) : blas;
+    double sum = 0;
+    for (size_t i = 0; i < products.size(); ++i) {
+      const Product& p = products[i];
+      const double gb = 2.0 * p.N * p.K / 1e9;
+      const std::string shape = std::to_string(p.N) + "x" + std::to_string(p.K);
+      std::printf("  %-5d %-9s %10s %12.1f %10.0f", T, p.name, shape.c_str(), 1e3 * blas[i],
+                  gb / (blas[i] * 1e-3));
+      if (T <= 8) {
+        std::printf(" %12.1f %10.0f %8.0f\n", 1e3 * skinny[i], gb / (skinny[i] * 1e-3),
+                    100.0 * gb / (skinny[i] * 1e-3) / bw_gbs);
+      } else {
+        std::printf(" %12s %10s %8.0f\n", "-", "-", 100.0 * gb / (blas[i] * 1e-3) / bw_gbs);
+      }
+      sum += p.per_step * std::min(blas[i], skinny[i]);
+    }
+    sums.emplace_back(T, sum);
+  }
+  return sums;
+}
+
+LlamaConfig SevenBShape(const Options& o) {
   LlamaConfig cfg;
   cfg.vocab_size = 32000;
   cfg.hidden_size = 4096;
@@ -158,12 +241,55 @@ void BenchLlama(Backend* be, cudaStream_t stream, const Ceilings& c, const Optio
   cfg.rms_norm_eps = 1e-5;
   cfg.rope_theta = 10000.0;
   cfg.max_position_embeddings = 4096;
+  return cfg;
+}
+
+// One verify step of `o.profile_tokens` chain tokens on the 7B shape after a
+// 512-token prefix, between cudaProfilerStart and Stop, for
+// `ncu --profile-from-start off` (tools/bench/ncu_summary.py sums its kernels).
+void ProfileStep(Backend* be, cudaStream_t stream, const Options& o) {
+  const LlamaConfig cfg = SevenBShape(o);
+  WeightLoader loader(/*seed=*/1, /*scale=*/0.02f, be);
+  auto model = Unwrap(LlamaModel::Create(cfg, &loader, nullptr), "llama create");
+  auto cache = Unwrap(PagedKvCache::Create(model->KvOptions(64, 16), be), "kv cache");
+  const int64_t seq = cache->CreateSequence();
+  const int prefix = 512, n = o.profile_tokens;
+  BENCH_CHECK(cache->Reserve(seq, prefix + n));
+  std::vector<int32_t> prompt(prefix), tokens(n);
+  for (int i = 0; i < prefix; ++i) prompt[i] = (i * 7919 + 13) % cfg.vocab_size;
+  for (int i = 0; i < n; ++i) tokens[i] = (i * 31 + 101) % cfg.vocab_size;
+  ForwardOutput fo;
+  BENCH_CHECK(model->Forward({{seq, prompt, {}, LogitsMode::kLast}}, cache.get(), &fo));
+  BENCH_CHECK(cache->Commit(seq, prefix));
+  const auto step = [&] {
+    BENCH_CHECK(model->Forward({{seq, tokens, {}, LogitsMode::kAll}}, cache.get(), &fo));
+  };
+  const double ms = MedianMs(stream, 3, o.iters, step);
+  CUDA_BENCH_CHECK(cudaProfilerStart());
+  step();
+  CUDA_BENCH_CHECK(cudaStreamSynchronize(stream));
+  CUDA_BENCH_CHECK(cudaProfilerStop());
+  std::printf("profiled one %d-token step of the %d-layer 7B shape; unprofiled median %.3f ms\n",
+              n, static_cast<int>(cfg.num_layers), ms);
+}
+
+void BenchLlama(Backend* be, cudaStream_t stream, const Ceilings& c, const Options& o) {
+  const LlamaConfig cfg = SevenBShape(o);
+  const int64_t qkv_rows = (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim;
+  const int L = static_cast<int>(cfg.num_layers);
+  const std::vector<Product> products = {
+      {"q/k/v", qkv_rows, cfg.hidden_size, L},
+      {"o", cfg.hidden_size, cfg.num_heads * cfg.head_dim, L},
+      {"gate/up", 2 * cfg.intermediate_size, cfg.hidden_size, L},
+      {"down", cfg.hidden_size, cfg.intermediate_size, L},
+      {"lm_head", cfg.vocab_size, cfg.hidden_size, 1}};
+  const std::vector<std::pair<int, double>> product_ms =
+      BenchProducts(be, stream, c, o, products);
   WeightLoader loader(/*seed=*/1, /*scale=*/0.02f, be);
   auto model = Unwrap(LlamaModel::Create(cfg, &loader, nullptr), "llama create");
   BENCH_CHECK(be->Synchronize());
   const int64_t D = cfg.hidden_size, F = cfg.intermediate_size, V = cfg.vocab_size;
-  const int64_t qkv = (cfg.num_heads + 2 * cfg.num_kv_heads) * cfg.head_dim;
-  const int64_t per_layer = D * qkv + cfg.num_heads * cfg.head_dim * D + 3 * F * D + 2 * D;
+  const int64_t per_layer = D * qkv_rows + cfg.num_heads * cfg.head_dim * D + 3 * F * D + 2 * D;
   // Bytes one step must read: every layer's weights, the final norm and the LM head.
   const double weight_bytes = 2.0 * (cfg.num_layers * per_layer + D + V * D);
   const int prefix = 512;
@@ -189,24 +315,52 @@ void BenchLlama(Backend* be, cudaStream_t stream, const Ceilings& c, const Optio
               "read+write) bandwidth (%.0f GB/s) = %.3f ms; KV read <= %.0f MB; prefill of the "
               "prefix (first call, cold) %.1f ms\n",
               weight_bytes / 1e9, bw_gbs, floor_ms, kv_mb, prefill_ms);
-  std::printf("  %-12s %-9s %12s %12s %14s %18s\n", "tree tokens", "shape", "step ms", "floor ms",
-              "step / floor", "logits D2H ms");
-  for (int n : {1, 4, 16, 64}) {
+  const int shipped_rows = cuda::SetSkinnyMaxRows(be, 0);
+  cuda::SetSkinnyMaxRows(be, shipped_rows);
+  std::printf("    step ms: as shipped (few-row kernel up to %d rows); cuBLAS-only / few-row: "
+              "every product of <= 8 rows on cuBLAS / on the few-row kernel; products ms: the "
+              "step's products alone, the faster of the two each, from (2a); rest = step - "
+              "products\n", shipped_rows);
+  std::printf("  %-12s %-9s %12s %12s %14s %18s %14s %12s %12s %10s\n", "tree tokens", "shape",
+              "step ms", "floor ms", "step / floor", "logits D2H ms", "cuBLAS-only ms",
+              "few-row ms", "products ms", "rest ms");
+  for (int n : {1, 2, 3, 4, 8, 16, 64}) {
     for (int tree = 0; tree < 2; ++tree) {
-      if (n == 1 && tree == 1) continue;
+      if ((n <= 3 || n == 8) && tree == 1) continue;
       std::vector<int32_t> tokens(n);
       for (int i = 0; i < n; ++i) tokens[i] = (i * 31 + 101) % V;
       const std::vector<int32_t> parents = tree ? BalancedTree(n) : std::vector<int32_t>{};
-      const double ms = MedianMs(stream, 3, o.iters, [&] {
-        BENCH_CHECK(model->Forward({{seq, tokens, parents, LogitsMode::kAll}}, cache.get(), &fo));
-      });
+      const auto step_ms = [&] {
+        return MedianMs(stream, 3, o.iters, [&] {
+          BENCH_CHECK(
+              model->Forward({{seq, tokens, parents, LogitsMode::kAll}}, cache.get(), &fo));
+        });
+      };
+      const double ms = step_ms();
+      double blas_ms = ms, few_ms = ms;
+      if (n <= 8) {
+        const int before = cuda::SetSkinnyMaxRows(be, 0);
+        blas_ms = step_ms();
+        cuda::SetSkinnyMaxRows(be, 8);
+        few_ms = step_ms();
+        cuda::SetSkinnyMaxRows(be, before);
+      }
       // The part of the step spent bringing [n, V] logits to the host as f32.
       Tensor logits = Unwrap(be->Alloc(be->activation_dtype(), {n, V}), "alloc");
       std::vector<float> host(n * V);
       const double d2h_ms =
           MedianMs(stream, 1, o.iters, [&] { BENCH_CHECK(be->DownloadF32(logits, host.data())); });
-      std::printf("  %-12d %-9s %12.3f %12.3f %14.2f %18.3f\n", n, tree ? "tree" : "chain", ms,
-                  floor_ms, ms / floor_ms, d2h_ms);
+      double products_ms = -1;
+      for (const auto& [rows, sum] : product_ms) {
+        if (rows == n) products_ms = sum;
+      }
+      std::printf("  %-12d %-9s %12.3f %12.3f %14.2f %18.3f %14.3f %12.3f", n,
+                  tree ? "tree" : "chain", ms, floor_ms, ms / floor_ms, d2h_ms, blas_ms, few_ms);
+      if (products_ms >= 0) {
+        std::printf(" %12.3f %10.3f\n", products_ms, ms - products_ms);
+      } else {
+        std::printf(" %12s %10s\n", "-", "-");
+      }
     }
   }
 }
@@ -263,8 +417,16 @@ int main(int argc, char** argv) {
       o.llama = false;
     } else if (a == "--skip-mamba") {
       o.mamba = false;
+    } else if (a == "--profile-step" && i + 1 < argc) {
+      o.profile_tokens = std::atoi(argv[++i]);
+      if (o.profile_tokens < 1) {
+        std::fprintf(stderr, "--profile-step: %s is not a token count >= 1\n", argv[i]);
+        return 2;
+      }
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--iters N] [--skip-llama] [--skip-mamba]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--quick] [--iters N] [--skip-llama] [--skip-mamba] "
+                   "[--profile-step TOKENS]\n",
                    argv[0]);
       return 2;
     }
@@ -277,6 +439,10 @@ int main(int argc, char** argv) {
   treespec::Backend* be = backend->get();
   cudaStream_t stream = treespec::cuda::StreamOf(be);
   std::printf("gpu_bench on %s\n", be->name().c_str());
+  if (o.profile_tokens > 0) {
+    treespec::ProfileStep(be, stream, o);
+    return 0;
+  }
   const treespec::Ceilings c = treespec::MeasureCeilings(be, stream, o);
   if (o.llama) treespec::BenchLlama(be, stream, c, o);
   if (o.mamba) treespec::BenchMamba(be, stream, o);
