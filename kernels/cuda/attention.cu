@@ -275,36 +275,39 @@ __global__ void __launch_bounds__(128) AttentionKernel(KernelParams p) {
   }
 }
 
-// Merges the partial (m, l, o) of the splits of one row block.
+// Merges the partial (m, l, o) of the splits of one row block: grid (row
+// blocks, kv heads, RB rows), one thread per output element (r, d), the
+// splits' loads unrolled so several are in flight (a block of 128 threads
+// looping over a row block's RB·Dh elements, each waiting on its splits' loads
+// in turn, took 26 us a 7B layer for 16 rows, 6.5 us for one, on an H200).
 template <typename T>
 __global__ void CombineKernel(const AttentionGroup* groups, const float* partials,
                               const int32_t* query_start, int H, int Hkv, int group, int Dh,
                               int RB, T* out) {
   const AttentionGroup gr = groups[blockIdx.x];
-  const int g = blockIdx.y;
+  const int g = blockIdx.y, r = blockIdx.z, d = threadIdx.x;
   const int q0 = query_start[gr.seq];
   const int rows = (query_start[gr.seq + 1] - q0) * group;
+  const int row = gr.row0 + r;
+  if (d >= Dh || row >= rows) return;
   const int stride = Dh + 2;
-  for (int e = threadIdx.x; e < RB * Dh; e += blockDim.x) {
-    const int r = e / Dh, d = e - r * Dh;
-    const int row = gr.row0 + r;
-    if (row >= rows) continue;
-    auto part = [&](int k) {
-      return partials + ((static_cast<int64_t>(gr.first + k) * Hkv + g) * RB + r) * stride;
-    };
-    float M = -INFINITY;
-    for (int k = 0; k < gr.num_splits; ++k) M = fmaxf(M, part(k)[0]);
-    float L = 0.0f, O = 0.0f;
-    for (int k = 0; k < gr.num_splits; ++k) {
-      const float* c = part(k);
-      if (c[0] == -INFINITY) continue;
-      const float f = expf(c[0] - M);
-      L += c[1] * f;
-      O += c[2 + d] * f;
-    }
-    const int i = row / group, h = g * group + row % group;
-    out[(static_cast<int64_t>(q0 + i) * H + h) * Dh + d] = FromF<T>(O / L);
+  auto part = [&](int k) {
+    return partials + ((static_cast<int64_t>(gr.first + k) * Hkv + g) * RB + r) * stride;
+  };
+  float M = -INFINITY;
+#pragma unroll 4
+  for (int k = 0; k < gr.num_splits; ++k) M = fmaxf(M, part(k)[0]);
+  float L = 0.0f, O = 0.0f;
+#pragma unroll 4
+  for (int k = 0; k < gr.num_splits; ++k) {
+    const float* c = part(k);
+    if (c[0] == -INFINITY) continue;
+    const float f = expf(c[0] - M);
+    L += c[1] * f;
+    O += c[2 + d] * f;
   }
+  const int i = row / group, h = g * group + row % group;
+  out[(static_cast<int64_t>(q0 + i) * H + h) * Dh + d] = FromF<T>(O / L);
 }
 
 template <typename T, int RB, int VW>
@@ -352,7 +355,7 @@ cudaError_t Run(const AttentionArgs& a, cudaStream_t stream) {
   AttentionKernel<T, RB, VW><<<dim3(a.num_items, a.Hkv), nw * 32, bytes, stream>>>(p);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || a.num_groups == 0) return err;
-  CombineKernel<T><<<dim3(a.num_groups, a.Hkv), 128, 0, stream>>>(
+  CombineKernel<T><<<dim3(a.num_groups, a.Hkv, RB), (a.Dh + 31) / 32 * 32, 0, stream>>>(
       a.groups, a.partials, a.query_start, a.H, a.Hkv, p.group, a.Dh, RB,
       static_cast<T*>(a.out));
   return cudaGetLastError();

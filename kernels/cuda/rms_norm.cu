@@ -1,6 +1,9 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/rms_norm.h"
 
+#include <algorithm>
+#include <type_traits>
+
 namespace treespec::cuda {
 namespace {
 
@@ -35,6 +38,56 @@ __global__ void HeadRmsNormKernel(T* x, const T* w, int64_t W, int64_t Dh, int64
   RmsNormRow<T>(row, w, Dh, eps, row);
 }
 
+// One block per row, rows of whole 16-byte vectors: each thread loads its
+// (at most kV) vectors of x and w at once, keeps them in registers through
+// the block sum and writes its outputs from them: one read of x, every load
+// of a thread in flight together (the two-pass RmsNormKernel re-reads x after
+// the sum and loads one element per access: 8.5 us a 4096-wide row on an
+// H200, ncu, cold caches). In place is safe: a thread writes only what it read.
+// Launched with up to 1024 threads: at most 64 registers a thread.
+template <typename T, int kV>
+__global__ void __launch_bounds__(1024) RmsNormVecKernel(const T* x, const T* w, int64_t D, float eps, T* out) {
+  constexpr int kN = 16 / sizeof(T);
+  __shared__ float scratch[32];
+  const int64_t nvec = D / kN;
+  const uint4* xr = reinterpret_cast<const uint4*>(x + blockIdx.x * D);
+  const uint4* wr = reinterpret_cast<const uint4*>(w);
+  uint4 xv[kV], wv[kV];
+#pragma unroll
+  for (int j = 0; j < kV; ++j) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+    if (i < nvec) {
+      xv[j] = xr[i];
+      wv[j] = wr[i];
+    }
+  }
+  float ss = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kV; ++j) {
+    if (threadIdx.x + static_cast<int64_t>(j) * blockDim.x < nvec) {
+      const T* e = reinterpret_cast<const T*>(&xv[j]);
+#pragma unroll
+      for (int k = 0; k < kN; ++k) ss += ToF(e[k]) * ToF(e[k]);
+    }
+  }
+  ss = BlockSum(ss, scratch);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
+  uint4* yr = reinterpret_cast<uint4*>(out + blockIdx.x * D);
+#pragma unroll
+  for (int j = 0; j < kV; ++j) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+    if (i < nvec) {
+      const T* xe = reinterpret_cast<const T*>(&xv[j]);
+      const T* we = reinterpret_cast<const T*>(&wv[j]);
+      uint4 y;
+      T* ye = reinterpret_cast<T*>(&y);
+#pragma unroll
+      for (int k = 0; k < kN; ++k) ye[k] = FromF<T>(ToF(we[k]) * (ToF(xe[k]) * inv));
+      yr[i] = y;
+    }
+  }
+}
+
 }  // namespace
 
 cudaError_t LaunchHeadRmsNorm(DType dtype, void* x, const void* w, int64_t T, int64_t W,
@@ -52,9 +105,28 @@ cudaError_t LaunchHeadRmsNorm(DType dtype, void* x, const void* w, int64_t T, in
 cudaError_t LaunchRmsNorm(DType dtype, const void* x, const void* w, int64_t T, int64_t D,
                           float eps, void* out, cudaStream_t stream) {
   if (T == 0) return cudaSuccess;
-  const int threads = D >= 2048 ? 512 : (D >= 512 ? 256 : 128);
   return DispatchFloat(dtype, [&](auto tag) {
     using T_ = decltype(tag);
+    constexpr int kN = 16 / sizeof(T_);
+    const int64_t nvec = D / kN;
+    if (D % kN == 0 && nvec <= 4 * 1024 && CopyWidth({reinterpret_cast<uint64_t>(x),
+                                                      reinterpret_cast<uint64_t>(w),
+                                                      reinterpret_cast<uint64_t>(out)}) == 16) {
+      // About two vectors a thread, whole warps, at most 1024 threads.
+      const int threads =
+          static_cast<int>(std::min<int64_t>(1024, ((nvec + 1) / 2 + 31) / 32 * 32));
+      const int per_thread = static_cast<int>((nvec + threads - 1) / threads);
+      const auto launch = [&](auto kv) {
+        constexpr int kV = decltype(kv)::value;
+        RmsNormVecKernel<T_, kV><<<static_cast<unsigned>(T), threads, 0, stream>>>(
+            static_cast<const T_*>(x), static_cast<const T_*>(w), D, eps, static_cast<T_*>(out));
+        return cudaGetLastError();
+      };
+      if (per_thread <= 1) return launch(std::integral_constant<int, 1>{});
+      if (per_thread <= 2) return launch(std::integral_constant<int, 2>{});
+      return launch(std::integral_constant<int, 4>{});
+    }
+    const int threads = D >= 2048 ? 512 : (D >= 512 ? 256 : 128);
     RmsNormKernel<T_><<<static_cast<unsigned>(T), threads, 0, stream>>>(
         static_cast<const T_*>(x), static_cast<const T_*>(w), D, eps, static_cast<T_*>(out));
     return cudaGetLastError();
