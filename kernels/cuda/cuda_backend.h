@@ -20,7 +20,7 @@ cudaStream_t StreamOf(Backend* backend);
 
 // Matrix products of at most `rows` rows (clamped to [0, 8]) take the
 // bandwidth-bound few-row kernel (kernels/cuda/skinny_linear.h), larger ones
-// cuBLAS; 0 sends all to cuBLAS. The default is kSkinnyDefaultRows (2), or
+// cuBLAS; 0 sends all to cuBLAS. The default is kSkinnyDefaultRows (3), or
 // TREESPEC_CUDA_SKINNY_ROWS when set. Returns the setting it replaced; -1 for
 // a backend not made by CreateCudaBackend.
 int SetSkinnyMaxRows(Backend* backend, int rows);

@@ -20,11 +20,12 @@
 namespace treespec::cuda {
 
 inline constexpr int kSkinnyMaxRows = 8;
-// The CUDA backend's default: measured on an H200 (gpu_bench (2a), 7B shapes,
-// fp16, 2026-11-27), this kernel beats cuBLAS by 5-17% at 1 and 2 rows, ties
-// at 4 and loses by up to 37% at 8 (it does T fp32 FMAs per weight and reads
-// x T times per weight vector from L1).
-inline constexpr int kSkinnyDefaultRows = 2;
+// The CUDA backend's default: measured on an H200 (gpu_bench, 7B shapes, fp16,
+// 2026-11-27), this kernel beats cuBLAS product by product by 3-17% at 1-3
+// rows (the whole verify step by 5-7% at 1-3 tokens), ties at 4 and loses by
+// up to 37% at 8 (it does T fp32 FMAs per weight and reads x T times per
+// weight vector from L1).
+inline constexpr int kSkinnyDefaultRows = 3;
 
 // Whether SkinnyLinear takes this product: T in [1, kSkinnyMaxRows], dtype f32,
 // f16 or bf16, rows of whole 16-byte vectors (K a multiple of 8, or of 4 for
