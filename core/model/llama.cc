@@ -226,7 +226,7 @@ absl::Status LlamaModel::DescribeBatch(const std::vector<ForwardSeq>& seqs, Page
 }
 
 absl::Status LlamaModel::RunLayer(size_t l, const Tensor& pos, const AttentionPlan& plan,
-                                  PagedKvCache* cache, Activations* a) {
+                                  PagedKvCache* cache, const Tensor* next_ln, Activations* a) {
   Backend* be = backend_;
   const Layer& w = layers_[l];
   const int64_t T = a->x.dim(0), Dh = config_.head_dim;
@@ -237,7 +237,6 @@ absl::Status LlamaModel::RunLayer(size_t l, const Tensor& pos, const AttentionPl
       static_cast<float>(rope_af * rope_af) * (1.0f / std::sqrt(static_cast<float>(Dh)));
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const bool tp = shard_.size > 1;
-  TS_RETURN_IF_ERROR(be->RmsNorm(a->x, w.ln1, eps, &a->h));
   TS_RETURN_IF_ERROR(be->LinearRowBlocks(a->h, w.w_qkv, &a->qkv));
   if (config_.qkv_bias) TS_RETURN_IF_ERROR(be->AddBias(&a->qkv, w.b_qkv));
   if (config_.qk_norm) {
@@ -250,14 +249,14 @@ absl::Status LlamaModel::RunLayer(size_t l, const Tensor& pos, const AttentionPl
   TS_RETURN_IF_ERROR(be->Linear(attn2, w.w_o, &a->h));
   if (tp) TS_RETURN_IF_ERROR(comm_->AllReduceSum(&a->h));
   if (config_.o_bias) TS_RETURN_IF_ERROR(be->AddBias(&a->h, w.b_o));
-  TS_RETURN_IF_ERROR(be->Add(a->x, a->h, &a->x));
-  TS_RETURN_IF_ERROR(be->RmsNorm(a->x, w.ln2, eps, &a->h));
+  TS_RETURN_IF_ERROR(be->AddRmsNorm(&a->x, a->h, w.ln2, eps, &a->h));
   TS_RETURN_IF_ERROR(be->LinearRowBlocks(a->h, w.w_gate_up, &a->gu));
   if (config_.mlp_bias) TS_RETURN_IF_ERROR(be->AddBias(&a->gu, w.b_gate_up));
   TS_RETURN_IF_ERROR(be->SiluMul(a->gu, &a->act));
   TS_RETURN_IF_ERROR(be->Linear(a->act, w.w_down, &a->h));
   if (tp) TS_RETURN_IF_ERROR(comm_->AllReduceSum(&a->h));
   if (config_.mlp_bias) TS_RETURN_IF_ERROR(be->AddBias(&a->h, w.b_down));
+  if (next_ln != nullptr) return be->AddRmsNorm(&a->x, a->h, *next_ln, eps, &a->h);
   return be->Add(a->x, a->h, &a->x);
 }
 
@@ -311,8 +310,13 @@ absl::Status LlamaModel::Forward(const std::vector<ForwardSeq>& seqs, PagedKvCac
   } else {
     TS_RETURN_IF_ERROR(be->Embedding(ids, embed_, &a.x));
   }
+  if (!layers_.empty()) {
+    TS_RETURN_IF_ERROR(
+        be->RmsNorm(a.x, layers_[0].ln1, static_cast<float>(config_.rms_norm_eps), &a.h));
+  }
   for (size_t l = 0; l < layers_.size(); ++l) {
-    TS_RETURN_IF_ERROR(RunLayer(l, pos, *plan, cache, &a));
+    const Tensor* next_ln = l + 1 < layers_.size() ? &layers_[l + 1].ln1 : nullptr;
+    TS_RETURN_IF_ERROR(RunLayer(l, pos, *plan, cache, next_ln, &a));
     TS_RETURN_IF_ERROR(
         CopyHidden(static_cast<int32_t>(l), hidden_layers, a.x, hb.hidden_rows, out));
   }

@@ -87,8 +87,12 @@ class LlamaModel {
   // Appends sequence `si` of the batch: tokens, positions, tree mask, logit rows.
   absl::Status AddSequence(const ForwardSeq& s, size_t si, HostBatch* hb) const;
   // Decoder layer `l` over a->x in place (attention writes the layer's KV).
+  // On entry a->h holds RmsNorm(x, ln1) (the previous layer's last op, or
+  // Forward's); on return, with next_ln (the next layer's ln1), a->h holds
+  // RmsNorm(x, next_ln): the residual add and that norm are one AddRmsNorm.
+  // Without next_ln a->h is scratch.
   absl::Status RunLayer(size_t l, const Tensor& pos, const AttentionPlan& plan,
-                        PagedKvCache* cache, Activations* a);
+                        PagedKvCache* cache, const Tensor* next_ln, Activations* a);
   // Downloads rows `rows_wanted` of x [T, D] for each request of `layer`.
   absl::Status CopyHidden(int32_t layer, const std::vector<int32_t>& hidden_layers,
                           const Tensor& x, const std::vector<int32_t>& rows_wanted,

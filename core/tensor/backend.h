@@ -145,6 +145,18 @@ class Backend {
   }
   // in: a, b [same shape]; out: out = a + b. out may alias a or b.
   virtual absl::Status Add(const Tensor& a, const Tensor& b, Tensor* out) = 0;
+  // A residual add and the norm after it: inout x [T, D] += r; out [T, D] =
+  // RmsNorm(x after the add, w). The same values as Add then RmsNorm (a
+  // backend may do both in one pass). out may alias r, not x (both are outputs).
+  virtual absl::Status AddRmsNorm(Tensor* x, const Tensor& r, const Tensor& w, float eps,
+                                  Tensor* out) {
+    if (out->raw() == x->raw()) {
+      return absl::InvalidArgumentError(
+          "AddRmsNorm: out is x; the sum and its norm need two tensors");
+    }
+    if (absl::Status s = Add(*x, r, x); !s.ok()) return s;
+    return RmsNorm(*x, w, eps, out);
+  }
   // in: gu [T, 2F] (gate | up); out: out [T, F] = silu(gate) * up.
   virtual absl::Status SiluMul(const Tensor& gu, Tensor* out) = 0;
   // in: bias [N]; inout: x [T, N] += bias in every row (projection biases).

@@ -74,6 +74,23 @@ absl::Status CudaBackend::Add(const Tensor& a, const Tensor& b, Tensor* out) {
   return absl::OkStatus();
 }
 
+absl::Status CudaBackend::AddRmsNorm(Tensor* x, const Tensor& r, const Tensor& w, float eps,
+                                      Tensor* out) {
+  TS_RETURN_IF_ERROR(Enter(nullptr));
+  TS_RETURN_IF_ERROR(Check(*x, dtype_, "add_rmsnorm x"));
+  TS_RETURN_IF_ERROR(Check(r, dtype_, "add_rmsnorm r"));
+  TS_RETURN_IF_ERROR(Check(w, dtype_, "add_rmsnorm w"));
+  TS_RETURN_IF_ERROR(Check(*out, dtype_, "add_rmsnorm out"));
+  const int64_t D = w.numel();
+  if (D == 0 || x->numel() % D != 0 || r.numel() != x->numel() || out->numel() != x->numel() ||
+      out->raw() == x->raw()) {
+    return ShapeError("AddRmsNorm", {x, &r, &w, out});
+  }
+  TS_CUDA_RETURN_IF_ERROR(LaunchAddRmsNorm(dtype_, x->raw(), r.raw(), w.raw(), x->numel() / D, D,
+                                           eps, out->raw(), stream_));
+  return absl::OkStatus();
+}
+
 absl::Status CudaBackend::AddBias(Tensor* x, const Tensor& bias) {
   TS_RETURN_IF_ERROR(Enter(nullptr));
   TS_RETURN_IF_ERROR(Check(*x, dtype_, "add_bias x"));

@@ -88,6 +88,8 @@ class CudaBackend final : public Backend {
   absl::Status Embedding(const Tensor& ids, const Tensor& table, Tensor* out) override;
   absl::Status RmsNorm(const Tensor& x, const Tensor& w, float eps, Tensor* out) override;
   absl::Status Linear(const Tensor& x, const Tensor& w, Tensor* out) override;
+  absl::Status AddRmsNorm(Tensor* x, const Tensor& r, const Tensor& w, float eps,
+                          Tensor* out) override;
   absl::Status Add(const Tensor& a, const Tensor& b, Tensor* out) override;
   absl::Status AddBias(Tensor* x, const Tensor& bias) override;
   absl::Status HeadRmsNorm(Tensor* x, const Tensor& w, int64_t head_begin, int64_t num_heads,

@@ -263,6 +263,48 @@ TEST_P(BackendOpsTest, RmsNormAlsoInPlace) {
   }
 }
 
+// The residual add and the norm after it in one op (a fused kernel on CUDA
+// for rows of whole 16-byte vectors, Add then RmsNorm otherwise): the same
+// values as the two ops, bit for bit, the norm's output also over r (as the
+// Llama layer calls it), and near the double reference.
+TEST_P(BackendOpsTest, AddRmsNormIsAddThenRmsNorm) {
+  for (int D : {8, 96, 100, 4096, 20000}) {
+    const std::string what = "add_rmsnorm D=" + std::to_string(D);
+    const int T = 3;
+    const std::vector<float> xv = Rand(T * D, 21, -2.0f, 2.0f), rv = Rand(T * D, 22, -2.0f, 2.0f);
+    Tensor w = Make(Rand(D, 23, 0.5f, 1.5f), {D});
+    // Two ops.
+    Tensor x2 = Make(xv, {T, D}), r2 = Make(rv, {T, D}), out2 = Out({T, D});
+    ASSERT_TRUE(be_->Add(x2, r2, &x2).ok()) << what;
+    ASSERT_TRUE(be_->RmsNorm(x2, w, 1e-5f, &out2).ok()) << what;
+    const std::vector<double> sum = Get(x2), norm = Get(out2), ws = Get(w);
+    // One op, into its own out and over r.
+    for (bool over_r : {false, true}) {
+      Tensor x = Make(xv, {T, D}), r = Make(rv, {T, D}), out = Out({T, D});
+      Tensor* dst = over_r ? &r : &out;
+      ASSERT_TRUE(be_->AddRmsNorm(&x, r, w, 1e-5f, dst).ok()) << what;
+      const std::vector<double> gx = Get(x), gout = Get(*dst);
+      for (int i = 0; i < T * D; ++i) {
+        ASSERT_EQ(gx[i], sum[i]) << what << " [" << GetParam() << "] x element " << i;
+        ASSERT_EQ(gout[i], norm[i]) << what << " [" << GetParam() << "] out element " << i
+                                    << (over_r ? " (out over r)" : "");
+      }
+    }
+    std::vector<double> ref(T * D);
+    for (int t = 0; t < T; ++t) {
+      double ss = 0;
+      for (int i = 0; i < D; ++i) ss += sum[t * D + i] * sum[t * D + i];
+      const double inv = 1.0 / std::sqrt(ss / D + 1e-5);
+      for (int i = 0; i < D; ++i) ref[t * D + i] = ws[i] * sum[t * D + i] * inv;
+    }
+    ExpectClose(out2, ref, what);
+  }
+  // x and out are both outputs (the sum and its norm): one buffer cannot be both.
+  Tensor x = Make(Rand(2 * 64, 24), {2, 64}), r = Make(Rand(2 * 64, 25), {2, 64});
+  Tensor w = Make(Rand(64, 26, 0.5f, 1.5f), {64});
+  EXPECT_EQ(be_->AddRmsNorm(&x, r, w, 1e-5f, &x).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_P(BackendOpsTest, Linear) {
   struct Case {
     int T, K, N;
