@@ -1,3 +1,5 @@
+#include <utility>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/skinny_linear.h"
 
@@ -12,7 +14,8 @@ constexpr int kUnroll = 4;       // 16-byte vectors in flight per weight row and
 template <typename V>
 constexpr int kElems = 16 / sizeof(V);
 
-// One 16-byte vector of storage values as floats.
+// One 16-byte vector of storage values as floats (the pair conversions of
+// cuda_fp16 / cuda_bf16: the code measured on the H200).
 __device__ __forceinline__ void Unpack(uint4 v, float, float f[4]) {
   f[0] = __uint_as_float(v.x);
   f[1] = __uint_as_float(v.y);
@@ -119,31 +122,14 @@ cudaError_t Launch(const void* x, const void* w, int64_t K, int64_t N, void* out
   return cudaGetLastError();
 }
 
-template <typename V>
+// The instance for T rows, T in [1, kSkinnyMaxRows] (Is = T - 1).
+template <typename V, int... Is>
 cudaError_t LaunchRows(const void* x, const void* w, int64_t T, int64_t K, int64_t N, void* out,
-                       cudaStream_t stream) {
-  static_assert(kSkinnyMaxRows == 8, "one case per row count below");
+                       cudaStream_t stream, std::integer_sequence<int, Is...>) {
   static_assert(kRowsPerWarp * kSkinnyMaxRows <= 32, "one lane writes each output");
-  switch (T) {
-    case 1:
-      return Launch<V, 1>(x, w, K, N, out, stream);
-    case 2:
-      return Launch<V, 2>(x, w, K, N, out, stream);
-    case 3:
-      return Launch<V, 3>(x, w, K, N, out, stream);
-    case 4:
-      return Launch<V, 4>(x, w, K, N, out, stream);
-    case 5:
-      return Launch<V, 5>(x, w, K, N, out, stream);
-    case 6:
-      return Launch<V, 6>(x, w, K, N, out, stream);
-    case 7:
-      return Launch<V, 7>(x, w, K, N, out, stream);
-    case 8:
-      return Launch<V, 8>(x, w, K, N, out, stream);
-    default:
-      return cudaErrorInvalidValue;
-  }
+  cudaError_t err = cudaErrorInvalidValue;
+  (void)((T == Is + 1 && ((err = Launch<V, Is + 1>(x, w, K, N, out, stream)), true)) || ...);
+  return err;
 }
 
 }  // namespace
@@ -160,7 +146,8 @@ cudaError_t LaunchSkinnyLinear(DType dtype, const void* x, const void* w, int64_
   if (N == 0) return cudaSuccess;
   if (!SkinnyLinearFits(dtype, x, w, T, K)) return cudaErrorInvalidValue;
   return DispatchFloat(dtype, [&](auto tag) {
-    return LaunchRows<decltype(tag)>(x, w, T, K, N, out, stream);
+    return LaunchRows<decltype(tag)>(x, w, T, K, N, out, stream,
+                                     std::make_integer_sequence<int, kSkinnyMaxRows>{});
   });
 }
 

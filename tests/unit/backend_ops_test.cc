@@ -70,6 +70,33 @@ int64_t Numel(const Shape& shape) {
   return n;
 }
 
+// x [T, K] · wᵀ (w [N, K]) in double.
+std::vector<double> MatMulRef(const std::vector<double>& x, const std::vector<double>& w, int T,
+                              int K, int N) {
+  std::vector<double> out(static_cast<size_t>(T) * N);
+  for (int t = 0; t < T; ++t) {
+    for (int n = 0; n < N; ++n) {
+      double acc = 0;
+      for (int k = 0; k < K; ++k) acc += x[t * K + k] * w[n * K + k];
+      out[t * N + n] = acc;
+    }
+  }
+  return out;
+}
+
+// RmsNorm of x [T, D] with w [D] and eps 1e-5, in double.
+std::vector<double> RmsNormRef(const std::vector<double>& x, const std::vector<double>& w, int T,
+                               int D) {
+  std::vector<double> out(static_cast<size_t>(T) * D);
+  for (int t = 0; t < T; ++t) {
+    double ss = 0;
+    for (int i = 0; i < D; ++i) ss += x[t * D + i] * x[t * D + i];
+    const double inv = 1.0 / std::sqrt(ss / D + 1e-5);
+    for (int i = 0; i < D; ++i) out[t * D + i] = w[i] * x[t * D + i] * inv;
+  }
+  return out;
+}
+
 class BackendOpsTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -248,13 +275,7 @@ TEST_P(BackendOpsTest, RmsNormAlsoInPlace) {
     const int T = 5;
     Tensor x = Make(Rand(T * D, 3, -2.0f, 2.0f), {T, D});
     Tensor w = Make(Rand(D, 4, 0.5f, 1.5f), {D});
-    std::vector<double> xs = Get(x), ws = Get(w), ref(T * D);
-    for (int t = 0; t < T; ++t) {
-      double ss = 0;
-      for (int i = 0; i < D; ++i) ss += xs[t * D + i] * xs[t * D + i];
-      const double inv = 1.0 / std::sqrt(ss / D + 1e-5);
-      for (int i = 0; i < D; ++i) ref[t * D + i] = ws[i] * xs[t * D + i] * inv;
-    }
+    const std::vector<double> ref = RmsNormRef(Get(x), Get(w), T, D);
     Tensor out = Out({T, D});
     ASSERT_TRUE(be_->RmsNorm(x, w, 1e-5f, &out).ok());
     ExpectClose(out, ref, "rmsnorm D=" + std::to_string(D));
@@ -277,7 +298,7 @@ TEST_P(BackendOpsTest, AddRmsNormIsAddThenRmsNorm) {
     Tensor x2 = Make(xv, {T, D}), r2 = Make(rv, {T, D}), out2 = Out({T, D});
     ASSERT_TRUE(be_->Add(x2, r2, &x2).ok()) << what;
     ASSERT_TRUE(be_->RmsNorm(x2, w, 1e-5f, &out2).ok()) << what;
-    const std::vector<double> sum = Get(x2), norm = Get(out2), ws = Get(w);
+    const std::vector<double> sum = Get(x2), norm = Get(out2);
     // One op, into its own out and over r.
     for (bool over_r : {false, true}) {
       Tensor x = Make(xv, {T, D}), r = Make(rv, {T, D}), out = Out({T, D});
@@ -290,14 +311,7 @@ TEST_P(BackendOpsTest, AddRmsNormIsAddThenRmsNorm) {
                                     << (over_r ? " (out over r)" : "");
       }
     }
-    std::vector<double> ref(T * D);
-    for (int t = 0; t < T; ++t) {
-      double ss = 0;
-      for (int i = 0; i < D; ++i) ss += sum[t * D + i] * sum[t * D + i];
-      const double inv = 1.0 / std::sqrt(ss / D + 1e-5);
-      for (int i = 0; i < D; ++i) ref[t * D + i] = ws[i] * sum[t * D + i] * inv;
-    }
-    ExpectClose(out2, ref, what);
+    ExpectClose(out2, RmsNormRef(sum, Get(w), T, D), what);
   }
   // x and out are both outputs (the sum and its norm): one buffer cannot be both.
   Tensor x = Make(Rand(2 * 64, 24), {2, 64}), r = Make(Rand(2 * 64, 25), {2, 64});
@@ -315,14 +329,7 @@ TEST_P(BackendOpsTest, Linear) {
     const float s = 1.0f / std::sqrt(static_cast<float>(c.K));
     Tensor x = Make(Rand(c.T * c.K, 5 + c.T), {c.T, c.K});
     Tensor w = Make(Rand(c.N * c.K, 6 + c.K, -s, s), {c.N, c.K});
-    std::vector<double> xs = Get(x), ws = Get(w), ref(c.T * c.N);
-    for (int t = 0; t < c.T; ++t) {
-      for (int n = 0; n < c.N; ++n) {
-        double acc = 0;
-        for (int k = 0; k < c.K; ++k) acc += xs[t * c.K + k] * ws[n * c.K + k];
-        ref[t * c.N + n] = acc;
-      }
-    }
+    const std::vector<double> ref = MatMulRef(Get(x), Get(w), c.T, c.K, c.N);
     Tensor out = Out({c.T, c.N});
     ASSERT_TRUE(be_->Linear(x, w, &out).ok());
     ExpectClose(out, ref, "linear T=" + std::to_string(c.T) + " K=" + std::to_string(c.K));
@@ -357,14 +364,7 @@ TEST_P(BackendOpsTest, LinearFewRowsMatchesAndIsBatchInvariant) {
       const float s = 1.0f / std::sqrt(static_cast<float>(c.K));
       Tensor x = Make(Rand(c.T * c.K, 11 + c.T), {c.T, c.K});
       Tensor w = Make(Rand(c.N * c.K, 12 + c.K, -s, s), {c.N, c.K});
-      std::vector<double> xs = Get(x), ws = Get(w), ref(c.T * c.N);
-      for (int t = 0; t < c.T; ++t) {
-        for (int n = 0; n < c.N; ++n) {
-          double acc = 0;
-          for (int k = 0; k < c.K; ++k) acc += xs[t * c.K + k] * ws[n * c.K + k];
-          ref[t * c.N + n] = acc;
-        }
-      }
+      const std::vector<double> ref = MatMulRef(Get(x), Get(w), c.T, c.K, c.N);
       Tensor out = Out({c.T, c.N});
       ASSERT_TRUE(be_->Linear(x, w, &out).ok()) << what;
       ExpectClose(out, ref, what);
