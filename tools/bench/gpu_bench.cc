@@ -4,8 +4,9 @@
 //       second), read-only bandwidth (ArgmaxRows scanning 1 GiB), and cuBLAS
 //       fp16 GEMM rate (Backend::Linear, 8192³, random data);
 //   (2) target verify step of a 7B-shape fp16 Llama (random weights filled on
-//       the device) for one sequence with a 512-token cached prefix, at 1, 4,
-//       16 and 64 tree tokens shaped as a chain and as a balanced binary tree,
+//       the device) for one sequence with a 512-token cached prefix, at 1, 2,
+//       3, 4, 8, 16 and 64 tree tokens as a chain (and at 4, 16 and 64 also
+//       as a balanced binary tree),
 //       against the HBM floor = weight bytes / the best bandwidth of (1)
 //       (read-only scan, or the copy's bytes read + written per second), with
 //       the few-row kernel (kernels/cuda/skinny_linear.h) for steps of <= 8
