@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU check for the CUDA backend: runs the GPU tests (backend_ops_test,
 # ssm_tree_ops_test, cuda_model_test; with a pass/fail summary),
-# compute-sanitizer memcheck / racecheck of the op tests, then gpu_bench and
+# compute-sanitizer memcheck / racecheck of the op tests, then gpu_bench, one
+# 7B verify step of 1 and of 16 tokens under ncu (kernel time by name), and
 # a short stree_bench (tree scan vs unrolled verification, paper 001 §5.1),
 # and prints the benchmark tables last. Meant for a GPU machine;
 # keeps to ~10 minutes on an H100.
@@ -14,7 +15,8 @@
 #   tools/gpu_check.sh             builds them here first (needs the -dev
 #                                  packages: cmake -DTREESPEC_CUDA=ON
 #                                  -DCMAKE_CUDA_ARCHITECTURES=90 into build-gpu)
-# Environment: GPU_CHECK_SANITIZE=0 skips compute-sanitizer (memcheck of the
+# Environment: GPU_CHECK_NCU=0 skips the ncu step profiles.
+# GPU_CHECK_SANITIZE=0 skips compute-sanitizer (memcheck of the
 # f16 op tests (backend_ops_test, then ssm_tree_ops_test), racecheck of the
 # attention test; run last, within
 # GPU_CHECK_BUDGET seconds overall, default 600); BENCH_ARGS are passed to
@@ -102,6 +104,23 @@ say "running gpu_bench ${BENCH_ARGS:-}"
 timeout 240 "$BIN/gpu_bench" ${BENCH_ARGS:-} >"$LOGS/gpu_bench.log" 2>&1
 BENCH_RC=$?
 
+# Where a 7B verify step's time goes: one step of 1 and of 16 tokens under
+# Nsight Compute, kernel time summed by name (cold caches: ncu flushes them
+# between kernels). Skipped without ncu or with GPU_CHECK_NCU=0.
+NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+: >"$LOGS/ncu_steps.txt"
+if [ "${GPU_CHECK_NCU:-1}" != 0 ] && [ -n "$NCU" ]; then
+  for n in 1 16; do
+    say "ncu: one ${n}-token 7B step"
+    timeout 120 "$NCU" --profile-from-start off --clock-control none \
+      --metrics gpu__time_duration.sum --csv "$BIN/gpu_bench" --profile-step "$n" \
+      >"$LOGS/ncu_step$n.csv" 2>"$LOGS/ncu_step$n.err" &&
+      { echo "# one ${n}-token step"; python3 "$ROOT/tools/bench/ncu_summary.py" \
+          "$LOGS/ncu_step$n.csv" --top 12; } >>"$LOGS/ncu_steps.txt" 2>&1 ||
+      echo "# ncu on the ${n}-token step failed (see $LOGS/ncu_step$n.err)" >>"$LOGS/ncu_steps.txt"
+  done
+fi
+
 # stree_bench, short: both methods on the 130M-class shapes first (tables
 # print per model, so a timeout keeps the finished ones), then the demo
 # shapes; the paper's binary trees and two drafter shapes. It also checks
@@ -176,6 +195,10 @@ if [ -s "$LOGS/measured.txt" ]; then echo "  model error (measured):"; sed 's/^/
 echo "  logs: $LOGS"
 echo "==================== gpu_bench ===================="
 cat "$LOGS/gpu_bench.log"
+if [ -s "$LOGS/ncu_steps.txt" ]; then
+  echo "==================== ncu: kernel time of one 7B step ===================="
+  cat "$LOGS/ncu_steps.txt"
+fi
 echo "==================== stree_bench ===================="
 cat "$LOGS/stree_bench.log"
 ok=1
